@@ -1,0 +1,166 @@
+"""Assembles the Starlette application: each agent's card, both A2A bindings and its operator endpoints."""
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from a2a.auth.user import UnauthenticatedUser
+from a2a.server.agent_execution import AgentExecutor
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_rest_routes
+from a2a.types import AgentCard, AgentInterface, TaskState
+from a2a.utils.signing import create_agent_card_signer
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp
+
+from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, public_base
+from a2a_bridge.clock import Clock
+from a2a_bridge.handler import BridgeRequestHandler
+from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
+from a2a_bridge.push import PushDispatcher, webhook_client
+from a2a_bridge.store import Stores, owner_of
+from a2a_bridge.task_host import TaskHost
+
+CARD_PATH = "/.well-known/agent-card.json"
+JSONRPC_PATH = "/a2a/jsonrpc"
+REST_PATH = "/a2a/rest"
+APPROVED = "approved"
+
+
+@dataclass
+class AgentSpec:
+    """One agent as the bridge serves it."""
+
+    name: str
+    card: AgentCard
+    executor: AgentExecutor
+    extended_card: AgentCard | None = None
+    tokens: dict[str, Principal] | None = None
+    signing_key: str | None = None
+    approvals: bool = False
+
+
+@dataclass
+class ServedAgent:
+    """An agent wired to its store and handler; shared by every address it is served at."""
+
+    spec: AgentSpec
+    host: TaskHost
+    handler: BridgeRequestHandler
+    tokens: dict[str, Principal] = field(default_factory=dict)
+
+    def card_for(self, base: str) -> AgentCard:
+        """The public card with interface URLs that work from the caller's side, signed when a key is set."""
+        card = AgentCard()
+        card.CopyFrom(self.spec.card)
+        card.supported_interfaces.extend(interfaces(base))
+        if self.spec.signing_key:
+            sign = create_agent_card_signer(
+                self.spec.signing_key, {"alg": "HS256", "typ": "JOSE", "kid": f"{self.spec.name}-key-1"}  # type: ignore[typeddict-item]
+            )
+            card = sign(card)
+        return card
+
+    def routes(self, base_path: str) -> list[BaseRoute]:
+        """Card, JSON-RPC, HTTP+JSON and operator routes, relative to where the agent is mounted."""
+        builder = BridgeContextBuilder(self.tokens, base_path)
+        dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
+
+        async def card(request: Request) -> Response:
+            return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, base_path))))
+
+        routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
+        routes += jsonrpc_routes(dispatcher, JSONRPC_PATH)
+        routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
+        if self.spec.approvals:
+            routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
+        return routes
+
+    def asgi(self, base_path: str) -> ASGIApp:
+        """The agent's routes, behind the bearer gate when the agent requires a token."""
+        app: ASGIApp = Starlette(routes=self.routes(base_path))
+        if self.spec.tokens is not None:
+            app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH))
+        return app
+
+    async def approve(self, request: Request) -> Response:
+        """An operator approves a deploy waiting in AUTH_REQUIRED, outside A2A."""
+        task_id = request.path_params["task_id"]
+        owner = await owner_of(self.host.store, task_id)
+        if owner is None:
+            return operator_error(404, "NOT_FOUND", "Task not found", task_id)
+        context = owner_context(owner)
+        task = await self.host.get(task_id, context)
+        if task is None:
+            return operator_error(404, "NOT_FOUND", "Task not found", task_id)
+        if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
+            return operator_error(409, "FAILED_PRECONDITION", "Task is not waiting for approval", task_id)
+        self.host.resume(task_id, context, APPROVED)
+        return JSONResponse({"approved": True, "taskId": task_id})
+
+
+def owner_context(owner: str) -> ServerCallContext:
+    """A call context that acts as the named owner of a task."""
+    return ServerCallContext(user=Principal(owner) if owner else UnauthenticatedUser())
+
+
+def operator_error(code: int, status: str, message: str, task_id: str) -> Response:
+    return JSONResponse({"error": {"code": code, "status": status, "message": message, "taskId": task_id}}, status_code=code)
+
+
+def interfaces(base: str) -> list[AgentInterface]:
+    return [
+        AgentInterface(url=f"{base}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"),
+        AgentInterface(url=f"{base}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"),
+    ]
+
+
+class Bridge:
+    """Every served agent, the stores behind them and the webhook client they share."""
+
+    def __init__(self, specs: list[AgentSpec], stores: Stores, clock: Clock, new_id: Callable[[], str]) -> None:
+        self.stores = stores
+        self.webhooks = webhook_client()
+        self.agents: dict[str, ServedAgent] = {}
+        for spec in specs:
+            task_store, push_store = stores.for_agent(spec.name)
+            push_enabled = spec.card.capabilities.push_notifications
+            push = PushDispatcher.over(self.webhooks, push_store) if push_enabled else None
+            host = TaskHost(spec.name, spec.executor, task_store, push_store if push_enabled else None, push, clock, new_id)
+            handler = BridgeRequestHandler(spec.card, host, spec.extended_card)
+            self.agents[spec.name] = ServedAgent(spec, host, handler, dict(spec.tokens or {}))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        yield
+        for agent in self.agents.values():
+            if agent.host.push is not None:
+                await agent.host.push.drain()
+        await self.webhooks.aclose()
+        await self.stores.close()
+
+    def app(self) -> Starlette:
+        """All agents, each under /{name}/, with an index at /."""
+
+        async def index(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            return JSONResponse(
+                {
+                    "agents": [
+                        {"name": name, "card": f"{base}/{name}{CARD_PATH}"}
+                        for name in self.agents
+                    ]
+                }
+            )
+
+        routes: list[BaseRoute] = [Route("/", index, methods=["GET"])]
+        routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}")) for name, agent in self.agents.items()]
+        return Starlette(routes=routes, lifespan=self.lifespan)
+
+    def kit_app(self, name: str) -> Starlette:
+        """One agent at the root of its own port, as the capture kit serves it."""
+        return Starlette(routes=[Mount("", app=self.agents[name].asgi(""))])

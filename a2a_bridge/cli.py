@@ -1,0 +1,54 @@
+"""The `a2a-bridge` command."""
+
+import argparse
+import asyncio
+import logging
+import uuid
+from pathlib import Path
+
+import uvicorn
+
+from a2a_bridge.app import Bridge
+from a2a_bridge.clock import SystemClock
+from a2a_bridge.store import StoreConfig, Stores
+
+KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243}
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
+    commands = root.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve test-runner, code-reviewer and deployer")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--store", default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://...")
+    serve.add_argument("--kit-ports", action="store_true", help="also serve each agent at the root of its kit port")
+    serve.add_argument("--pace", type=float, default=0.25, help="seconds the sample agents wait between steps")
+    serve.add_argument("--deploy-ledger", type=Path, help="file the deployer appends each rollout to")
+    serve.add_argument("--log-level", default="info")
+    return root
+
+
+async def serve(args: argparse.Namespace) -> None:
+    from agents.catalog import sample_agents
+
+    bridge = Bridge(
+        sample_agents(args.pace, deploy_ledger=args.deploy_ledger),
+        Stores(StoreConfig.parse(args.store)),
+        SystemClock(),
+        lambda: str(uuid.uuid4()),
+    )
+    configs = [uvicorn.Config(bridge.app(), host=args.host, port=args.port, log_level=args.log_level)]
+    if args.kit_ports:
+        configs += [
+            uvicorn.Config(bridge.kit_app(name), host=args.host, port=port, log_level=args.log_level, lifespan="off")
+            for name, port in KIT_PORTS.items()
+        ]
+    await asyncio.gather(*(uvicorn.Server(config).serve() for config in configs))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.command == "serve":
+        asyncio.run(serve(args))

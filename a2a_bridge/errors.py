@@ -1,0 +1,61 @@
+"""A2A errors as the kit shapes them: the SDK's error classes with the metadata clients need."""
+
+from a2a.types import Task
+from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
+
+from a2a_bridge.states import state_name
+
+SUPPORTED_VERSION = "1.0"
+
+
+def task_not_found(task_id: str) -> TaskNotFoundError:
+    return TaskNotFoundError("Task not found", data={"taskId": task_id})
+
+
+def task_not_cancelable(task: Task) -> TaskNotCancelableError:
+    return TaskNotCancelableError(
+        "Task cannot be canceled", data={"taskId": task.id, "state": state_name(task.status.state)}
+    )
+
+
+def task_is_terminal(task: Task) -> UnsupportedOperationError:
+    """A message, subscription or queued input aimed at a task that has ended."""
+    return UnsupportedOperationError(
+        "This operation is not supported", data={"taskId": task.id, "state": state_name(task.status.state)}
+    )
+
+
+def invalid_field(field: str, description: str) -> InvalidParamsError:
+    """-32602 naming one field, as a google.rpc.BadRequest field violation."""
+    return InvalidParamsError(
+        "Invalid parameters", data={"errors": [{"field": field, "message": description}]}
+    )
+
+
+def content_type_not_supported(media_type: str) -> ContentTypeNotSupportedError:
+    return ContentTypeNotSupportedError("Content type not supported", data={"mediaType": media_type})
+
+
+def push_not_supported() -> PushNotificationNotSupportedError:
+    return PushNotificationNotSupportedError("Push notifications are not supported")
+
+
+def version_not_supported(requested: str | None) -> VersionNotSupportedError:
+    shown = requested if requested else "0.3 (no header)"
+    return VersionNotSupportedError(
+        "Protocol version not supported", data={"requested": shown, "supported": SUPPORTED_VERSION}
+    )
+
+
+def agent_failed(task_id: str) -> InternalError:
+    """What a client is told when an agent raised: a generic error naming the task, never the exception."""
+    return InternalError("Internal error", data={"taskId": task_id})

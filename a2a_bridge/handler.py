@@ -1,0 +1,226 @@
+"""The bridge's A2A request handler: the SDK's RequestHandler interface over a TaskHost."""
+
+from collections.abc import AsyncGenerator
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers import RequestHandler
+from a2a.server.tasks import PushNotificationConfigStore
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsError
+from a2a.utils.task import apply_history_length
+
+from a2a_bridge import errors
+from a2a_bridge.task_host import (
+    Listener,
+    Refused,
+    TaskHost,
+    TurnEnded,
+    TurnFailed,
+    ends_stream,
+    settled,
+)
+
+
+def part_media_type(part: object) -> str:
+    """The media type a part counts as: text is text/plain and data is application/json unless it says otherwise."""
+    media_type = getattr(part, "media_type", "")
+    if media_type:
+        return media_type
+    kind = part.WhichOneof("content")  # type: ignore[attr-defined]
+    return {"text": "text/plain", "data": "application/json"}.get(kind or "", "application/octet-stream")
+
+
+class BridgeRequestHandler(RequestHandler):
+    """Serves one agent's A2A methods; every turn runs through the agent's TaskHost."""
+
+    def __init__(self, card: AgentCard, host: TaskHost, extended_card: AgentCard | None = None) -> None:
+        self.card = card
+        self.extended_card = extended_card
+        self.host = host
+
+    def _check_message(self, params: SendMessageRequest) -> None:
+        message = params.message
+        if not params.HasField("message"):
+            raise errors.invalid_field("message", "message is required")
+        if not message.message_id:
+            raise errors.invalid_field("message.messageId", "messageId is required")
+        if message.role != Role.ROLE_USER:
+            raise errors.invalid_field("message.role", "role must be ROLE_USER")
+        if not message.parts:
+            raise errors.invalid_field("message.parts", "parts must hold at least one part")
+        for index, part in enumerate(message.parts):
+            if part.WhichOneof("content") is None:
+                raise errors.invalid_field(f"message.parts[{index}]", "a part needs text, raw, url or data")
+            media_type = part_media_type(part)
+            if media_type not in self.card.default_input_modes:
+                raise errors.content_type_not_supported(media_type)
+        if params.configuration.HasField("task_push_notification_config"):
+            if not self.card.capabilities.push_notifications:
+                raise errors.push_not_supported()
+            if not params.configuration.task_push_notification_config.url:
+                raise errors.invalid_field(
+                    "configuration.taskPushNotificationConfig.url", "url is required"
+                )
+        if params.configuration.HasField("history_length") and params.configuration.history_length < 0:
+            raise errors.invalid_field("configuration.historyLength", "historyLength must not be negative")
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        self._check_message(params)
+        listener = Listener(snapshots=True)
+        task_id = await self.host.send(params, context, listener)
+        immediate = params.configuration.return_immediately
+        try:
+            while True:
+                item = await listener.queue.get()
+                if isinstance(item, Message):
+                    return item
+                if isinstance(item, Refused):
+                    raise item.error
+                if isinstance(item, TurnFailed):
+                    raise errors.agent_failed(item.task_id)
+                if isinstance(item, Task) and (immediate or settled(item.status.state)):
+                    return apply_history_length(item, params.configuration)
+                if isinstance(item, TurnEnded) and item.task is not None:
+                    return apply_history_length(item.task, params.configuration)
+        finally:
+            self.host.unsubscribe(task_id, listener)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        self._check_message(params)
+        listener = Listener()
+        task_id = await self.host.send(params, context, listener)
+        try:
+            async for event in _stream(listener):
+                yield event
+        finally:
+            self.host.unsubscribe(task_id, listener)
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        task, listener = await self.host.subscribe(params.id, context)
+        try:
+            yield task
+            async for event in _stream(listener):
+                yield event
+        finally:
+            self.host.unsubscribe(params.id, listener)
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        if params.HasField("history_length") and params.history_length < 0:
+            raise errors.invalid_field("historyLength", "historyLength must not be negative")
+        task = await self.host.get(params.id, context)
+        if task is None:
+            raise errors.task_not_found(params.id)
+        return apply_history_length(task, params)
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        if params.page_size < 0 or params.page_size > 100:
+            raise errors.invalid_field("pageSize", "pageSize must be between 1 and 100")
+        if params.HasField("history_length") and params.history_length < 0:
+            raise errors.invalid_field("historyLength", "historyLength must not be negative")
+        try:
+            response = await self.host.store.list(params, context)
+        except InvalidParamsError as e:
+            raise errors.invalid_field("pageToken", "pageToken is not one this server issued") from e
+        for index, task in enumerate(response.tasks):
+            response.tasks[index].CopyFrom(apply_history_length(task, params))
+        return response
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        return await self.host.cancel(params.id, context)
+
+    def _push_store(self) -> PushNotificationConfigStore:
+        if not self.card.capabilities.push_notifications or self.host.push_store is None:
+            raise errors.push_not_supported()
+        return self.host.push_store
+
+    async def _owned_task(self, task_id: str, context: ServerCallContext) -> Task:
+        task = await self.host.get(task_id, context)
+        if task is None:
+            raise errors.task_not_found(task_id)
+        return task
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        store = self._push_store()
+        if not params.url:
+            raise errors.invalid_field("url", "url is required")
+        await self._owned_task(params.task_id, context)
+        config = TaskPushNotificationConfig()
+        config.CopyFrom(params)
+        config.tenant = ""
+        if not config.id:
+            config.id = self.host.new_id()
+        await store.set_info(params.task_id, config, context)
+        return config
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        store = self._push_store()
+        await self._owned_task(params.task_id, context)
+        for config in await store.get_info(params.task_id, context):
+            if config.id == params.id:
+                return config
+        raise errors.task_not_found(params.task_id)
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        store = self._push_store()
+        await self._owned_task(params.task_id, context)
+        return ListTaskPushNotificationConfigsResponse(configs=await store.get_info(params.task_id, context))
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        store = self._push_store()
+        await self._owned_task(params.task_id, context)
+        await store.delete_info(params.task_id, context, params.id)
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        if self.extended_card is None:
+            raise ExtendedAgentCardNotConfiguredError("Extended agent card is not configured")
+        return self.extended_card
+
+
+async def _stream(listener: Listener) -> AsyncGenerator[Event]:
+    """The frames of one stream: until a terminal state, INPUT_REQUIRED, or a turn that leaves nothing to wait for."""
+    while True:
+        item = await listener.queue.get()
+        if isinstance(item, Refused):
+            raise item.error
+        if isinstance(item, TurnFailed):
+            raise errors.agent_failed(item.task_id)
+        if isinstance(item, TurnEnded):
+            if item.task is None or listener.turn is not None:
+                return
+            continue
+        yield item
+        if isinstance(item, TaskStatusUpdateEvent) and ends_stream(item.status.state):
+            return

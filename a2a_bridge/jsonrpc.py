@@ -1,0 +1,43 @@
+"""The SDK's JSON-RPC dispatcher with errors that never echo parser or exception text."""
+
+from a2a.server.jsonrpc_models import InternalError as JSONRPCInternalError
+from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, InvalidRequestError
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+GENERIC_MESSAGES: dict[type, str] = {
+    JSONParseError: "Invalid JSON payload",
+    InvalidParamsError: "Invalid parameters",
+    InvalidRequestError: "Request payload validation error",
+    InternalError: "Internal error",
+}
+
+
+def sanitized(error: Exception | JSONRPCError | A2AError) -> Exception | JSONRPCError | A2AError:
+    """The same error with any parser or exception text replaced by the generic message of its kind."""
+    if isinstance(error, JSONParseError):
+        return JSONParseError(message=GENERIC_MESSAGES[JSONParseError])
+    if isinstance(error, JSONRPCInternalError):
+        return InternalError(GENERIC_MESSAGES[InternalError])
+    if isinstance(error, A2AError) and isinstance(error.data, dict) and "parseError" in error.data:
+        return type(error)(GENERIC_MESSAGES.get(type(error), "Invalid request"))
+    if isinstance(error, InternalError) and not (isinstance(error.data, dict) and "taskId" in error.data):
+        return InternalError(GENERIC_MESSAGES[InternalError])
+    if not isinstance(error, A2AError | JSONRPCError):
+        return InternalError(GENERIC_MESSAGES[InternalError])
+    return error
+
+
+class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
+    """Fixes one SDK defect in one place: JSON-RPC errors that carried the parser's or an exception's text."""
+
+    def _generate_error_response(
+        self, request_id: str | int | None, error: Exception | JSONRPCError | A2AError
+    ) -> JSONResponse:
+        return super()._generate_error_response(request_id, sanitized(error))
+
+
+def jsonrpc_routes(dispatcher: BridgeJsonRpcDispatcher, path: str) -> list[Route]:
+    return [Route(path=path, endpoint=dispatcher.handle_requests, methods=["POST"])]

@@ -1,0 +1,39 @@
+"""The three sample agents as the bridge serves them, with the kit's demo token and signing key."""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from a2a_bridge.app import AgentSpec
+from a2a_bridge.auth import Principal
+from agents import code_reviewer, deployer, test_runner
+
+DEPLOYER_TOKEN = "dpl_test_7c1e4b"
+DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"
+
+
+def ledger_writer(path: Path | None) -> Callable[[str, str], None]:
+    """Appends one line per deploy actually rolled out, so tests can count side effects."""
+
+    def record(task_id: str, build: str) -> None:
+        if path is not None:
+            with path.open("a", encoding="utf-8") as ledger:
+                ledger.write(json.dumps({"taskId": task_id, "build": build}) + "\n")
+
+    return record
+
+
+def sample_agents(pace: float = 0.25, new_id: Callable[[], str] | None = None, deploy_ledger: Path | None = None) -> list[AgentSpec]:
+    return [
+        AgentSpec("test-runner", test_runner.card(), test_runner.TestRunner(pace, new_id=new_id)),
+        AgentSpec("code-reviewer", code_reviewer.card(), code_reviewer.CodeReviewer(pace, new_id=new_id)),
+        AgentSpec(
+            "deployer",
+            deployer.card(),
+            deployer.Deployer(pace, new_id=new_id, record=ledger_writer(deploy_ledger)),
+            extended_card=deployer.extended_card(),
+            tokens={DEPLOYER_TOKEN: Principal("deployer-client")},
+            signing_key=DEPLOYER_SIGNING_KEY,
+            approvals=True,
+        ),
+    ]
