@@ -1,0 +1,3 @@
+from a2a_bridge.cli import main
+
+main()

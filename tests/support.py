@@ -1,0 +1,100 @@
+"""Test support: a real `a2a-bridge serve` process on 127.0.0.1, and polling with a deadline."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+A2A = {"A2A-Version": "1.0", "Content-Type": "application/json"}
+DEPLOYER_TOKEN = "dpl_test_7c1e4b"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+class ServerProcess:
+    """One `a2a-bridge serve` process; restartable on the same store and port."""
+
+    def __init__(self, store: str, pace: float = 0.2, extra: list[str] | None = None) -> None:
+        self.store = store
+        self.pace = pace
+        self.extra = extra or []
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def agent(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    def start(self) -> "ServerProcess":
+        cmd = [sys.executable, "-m", "a2a_bridge", "serve", "--port", str(self.port), "--store", self.store,
+               "--pace", str(self.pace), "--log-level", "warning", *self.extra]
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wait_for(self._up, timeout=30, what="server start")
+        return self
+
+    def _up(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited with {self.proc.returncode}")
+        try:
+            return httpx.get(self.url + "/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+
+def rpc(base: str, method: str, params: dict, rpc_id: int = 1, headers: dict | None = None) -> dict:
+    """One JSON-RPC call to an agent's /a2a/jsonrpc; returns the parsed envelope."""
+    body = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
+    response = httpx.post(f"{base}/a2a/jsonrpc", json=body, headers={**A2A, **(headers or {})}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def user_message(text: str, message_id: str, **extra: str) -> dict:
+    return {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}], **extra}
