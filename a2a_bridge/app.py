@@ -21,6 +21,7 @@ from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, public_
 from a2a_bridge.clock import Clock
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
+from a2a_bridge.media_type import A2AJsonErrors
 from a2a_bridge.push import PushDispatcher, webhook_client
 from a2a_bridge.store import Stores, owner_of
 from a2a_bridge.task_host import TaskHost
@@ -74,15 +75,16 @@ class ServedAgent:
             return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, base_path))))
 
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
+        if self.spec.approvals:
+            # Before the REST routes: their catch-all /{tenant} mount would otherwise take /approve/... and answer 404.
+            routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
         routes += jsonrpc_routes(dispatcher, JSONRPC_PATH)
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
-        if self.spec.approvals:
-            routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
         return routes
 
     def asgi(self, base_path: str) -> ASGIApp:
         """The agent's routes, behind the bearer gate when the agent requires a token."""
-        app: ASGIApp = Starlette(routes=self.routes(base_path))
+        app: ASGIApp = A2AJsonErrors(Starlette(routes=self.routes(base_path)), REST_PATH)
         if self.spec.tokens is not None:
             app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH))
         return app
@@ -131,7 +133,7 @@ class Bridge:
             push_enabled = spec.card.capabilities.push_notifications
             push = PushDispatcher.over(self.webhooks, push_store) if push_enabled else None
             host = TaskHost(spec.name, spec.executor, task_store, push_store if push_enabled else None, push, clock, new_id)
-            handler = BridgeRequestHandler(spec.card, host, spec.extended_card)
+            handler = BridgeRequestHandler(spec.card, host, spec.extended_card, interfaces)
             self.agents[spec.name] = ServedAgent(spec, host, handler, dict(spec.tokens or {}))
 
     @contextlib.asynccontextmanager

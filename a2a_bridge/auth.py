@@ -65,6 +65,11 @@ def public_base(request: Request, base_path: str) -> str:
     return f"{request.url.scheme}://{host}{base_path}"
 
 
+def route_path(scope: Scope) -> str:
+    """The request path below the mount point: Starlette's Mount keeps the full path in scope["path"]."""
+    return str(scope["path"]).removeprefix(scope.get("root_path", ""))
+
+
 class BearerGate:
     """Refuses protected paths without a known bearer token, before any A2A method runs."""
 
@@ -74,8 +79,13 @@ class BearerGate:
         self.tokens = tokens
         self.protected = protected
 
+    def guards(self, path: str) -> bool:
+        """A protected path, at the agent's root or behind a tenant segment (the SDK's REST /{tenant} mount)."""
+        _, _, after_tenant = path.lstrip("/").partition("/")
+        return path.startswith(self.protected) or f"/{after_tenant}".startswith(self.protected)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(self.protected):
+        if scope["type"] == "http" and self.guards(route_path(scope)):
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             if bearer_token(headers) not in self.tokens:
                 await unauthorized(self.realm)(scope, receive, send)

@@ -1,6 +1,6 @@
 """The bridge's A2A request handler: the SDK's RequestHandler interface over a TaskHost."""
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -8,6 +8,7 @@ from a2a.server.request_handlers import RequestHandler
 from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types import (
     AgentCard,
+    AgentInterface,
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -52,9 +53,16 @@ def part_media_type(part: object) -> str:
 class BridgeRequestHandler(RequestHandler):
     """Serves one agent's A2A methods; every turn runs through the agent's TaskHost."""
 
-    def __init__(self, card: AgentCard, host: TaskHost, extended_card: AgentCard | None = None) -> None:
+    def __init__(
+        self,
+        card: AgentCard,
+        host: TaskHost,
+        extended_card: AgentCard | None = None,
+        interfaces: Callable[[str], list[AgentInterface]] | None = None,
+    ) -> None:
         self.card = card
         self.extended_card = extended_card
+        self.interfaces = interfaces
         self.host = host
 
     def _check_message(self, params: SendMessageRequest) -> None:
@@ -206,7 +214,11 @@ class BridgeRequestHandler(RequestHandler):
     ) -> AgentCard:
         if self.extended_card is None:
             raise ExtendedAgentCardNotConfiguredError("Extended agent card is not configured")
-        return self.extended_card
+        card = AgentCard()
+        card.CopyFrom(self.extended_card)
+        if self.interfaces is not None:
+            card.supported_interfaces.extend(self.interfaces(context.state.get("base_url", "")))
+        return card
 
 
 async def _stream(listener: Listener) -> AsyncGenerator[Event]:

@@ -1,7 +1,14 @@
 """Where tasks live: parse `--store` and build each agent's SDK task store and push-config store."""
 
+import functools
 from dataclasses import dataclass
 
+from a2a.server.models import (
+    PushNotificationConfigModel,
+    TaskModel,
+    create_push_notification_config_model,
+    create_task_model,
+)
 from a2a.server.tasks import (
     DatabasePushNotificationConfigStore,
     DatabaseTaskStore,
@@ -12,6 +19,13 @@ from a2a.server.tasks import (
 )
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+@functools.cache
+def table_models(suffix: str) -> tuple[type[TaskModel], type[PushNotificationConfigModel]]:
+    """An agent's two table models, built once per process: SQLAlchemy refuses to declare a table twice, which the
+    SDK's stores do for a custom table name each time one is constructed (a second Bridge in a process failed)."""
+    return create_task_model(f"tasks_{suffix}"), create_push_notification_config_model(f"push_configs_{suffix}")
 
 
 @dataclass(frozen=True)
@@ -47,10 +61,12 @@ class Stores:
         suffix = agent.replace("-", "_")
         if self.engine is None:
             return InMemoryTaskStore(), InMemoryPushNotificationConfigStore()
-        return (
-            DatabaseTaskStore(self.engine, table_name=f"tasks_{suffix}"),
-            DatabasePushNotificationConfigStore(self.engine, table_name=f"push_configs_{suffix}"),
-        )
+        task_model, config_model = table_models(suffix)
+        task_store = DatabaseTaskStore(self.engine)
+        task_store.task_model = task_model
+        push_store = DatabasePushNotificationConfigStore(self.engine)
+        push_store.config_model = config_model
+        return task_store, push_store
 
     async def close(self) -> None:
         if self.engine is not None:

@@ -200,6 +200,10 @@ class TaskHost:
         return live
 
     async def _save(self, live: LiveTask) -> None:
+        """Store the task; canceling the turn that saves does not interrupt the write (SQLite stayed locked)."""
+        await asyncio.shield(self._write(live))
+
+    async def _write(self, live: LiveTask) -> None:
         async with live.save_lock:
             await self.store.save(live.task, live.owner)
 

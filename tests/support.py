@@ -1,16 +1,21 @@
 """Test support: a real `a2a-bridge serve` process on 127.0.0.1, and polling with a deadline."""
 
+import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import uvicorn
+from starlette.types import ASGIApp
 
 T = TypeVar("T")
 
@@ -88,6 +93,33 @@ class ServerProcess:
         self.proc = None
 
 
+@contextlib.contextmanager
+def serve_in_thread(app: ASGIApp) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread; yields its base URL, then shuts it down."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+
+    def started() -> bool:
+        if not thread.is_alive():
+            raise AssertionError("the in-thread server stopped during startup")
+        return server.started
+
+    try:
+        wait_for(started, timeout=30, what="in-thread server start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+        if thread.is_alive():
+            raise AssertionError("the in-thread server did not shut down")
+
+
 def rpc(base: str, method: str, params: dict, rpc_id: int = 1, headers: dict | None = None) -> dict:
     """One JSON-RPC call to an agent's /a2a/jsonrpc; returns the parsed envelope."""
     body = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
@@ -98,3 +130,17 @@ def rpc(base: str, method: str, params: dict, rpc_id: int = 1, headers: dict | N
 
 def user_message(text: str, message_id: str, **extra: str) -> dict:
     return {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}], **extra}
+
+
+def rpc_stream(base: str, method: str, params: dict, rpc_id: int = 1, headers: dict | None = None) -> list[dict]:
+    """One streaming JSON-RPC call; returns the envelope of each SSE frame, in order, until the server closes."""
+    body = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
+    frames: list[dict] = []
+    with httpx.stream("POST", f"{base}/a2a/jsonrpc", json=body, headers={**A2A, **(headers or {})}, timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(response.read())]
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                frames.append(json.loads(line.removeprefix("data:").strip()))
+    return frames

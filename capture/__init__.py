@@ -1,0 +1,1 @@
+"""Reading the capture kit's recorded transcripts (and, later, replaying them)."""
