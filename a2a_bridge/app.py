@@ -2,14 +2,12 @@
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from a2a.auth.user import UnauthenticatedUser
 from a2a.server.agent_execution import AgentExecutor
-from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_rest_routes
-from a2a.types import AgentCard, AgentInterface, TaskState
+from a2a.types import AgentCard, AgentInterface
 from a2a.utils.signing import create_agent_card_signer
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -17,19 +15,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
-from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, public_base
+from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, is_operator, public_base
+from a2a_bridge.bridge_routes import BridgeEndpoints
 from a2a_bridge.clock import Clock
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.media_type import A2AJsonErrors
 from a2a_bridge.push import PushDispatcher, webhook_client
-from a2a_bridge.store import Stores, owner_of
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.store import Stores
+from a2a_bridge.task_host import HostSettings, TaskHost
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PATH = "/a2a/rest"
-APPROVED = "approved"
+TASKS_PATH = "/tasks/"
 
 
 @dataclass
@@ -74,10 +73,10 @@ class ServedAgent:
         async def card(request: Request) -> Response:
             return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, base_path))))
 
+        endpoints = BridgeEndpoints(self.host, builder.identity, is_operator)
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
-        if self.spec.approvals:
-            # Before the REST routes: their catch-all /{tenant} mount would otherwise take /approve/... and answer 404.
-            routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
+        # Before the REST routes: their catch-all /{tenant} mount would otherwise take these paths and answer 404.
+        routes += endpoints.routes(self.spec.approvals)
         routes += jsonrpc_routes(dispatcher, JSONRPC_PATH)
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
@@ -86,32 +85,8 @@ class ServedAgent:
         """The agent's routes, behind the bearer gate when the agent requires a token."""
         app: ASGIApp = A2AJsonErrors(Starlette(routes=self.routes(base_path)), REST_PATH)
         if self.spec.tokens is not None:
-            app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH))
+            app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH, TASKS_PATH))
         return app
-
-    async def approve(self, request: Request) -> Response:
-        """An operator approves a deploy waiting in AUTH_REQUIRED, outside A2A."""
-        task_id = request.path_params["task_id"]
-        owner = await owner_of(self.host.store, task_id)
-        if owner is None:
-            return operator_error(404, "NOT_FOUND", "Task not found", task_id)
-        context = owner_context(owner)
-        task = await self.host.get(task_id, context)
-        if task is None:
-            return operator_error(404, "NOT_FOUND", "Task not found", task_id)
-        if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED:
-            return operator_error(409, "FAILED_PRECONDITION", "Task is not waiting for approval", task_id)
-        self.host.resume(task_id, context, APPROVED)
-        return JSONResponse({"approved": True, "taskId": task_id})
-
-
-def owner_context(owner: str) -> ServerCallContext:
-    """A call context that acts as the named owner of a task."""
-    return ServerCallContext(user=Principal(owner) if owner else UnauthenticatedUser())
-
-
-def operator_error(code: int, status: str, message: str, task_id: str) -> Response:
-    return JSONResponse({"error": {"code": code, "status": status, "message": message, "taskId": task_id}}, status_code=code)
 
 
 def interfaces(base: str) -> list[AgentInterface]:
@@ -124,21 +99,47 @@ def interfaces(base: str) -> list[AgentInterface]:
 class Bridge:
     """Every served agent, the stores behind them and the webhook client they share."""
 
-    def __init__(self, specs: list[AgentSpec], stores: Stores, clock: Clock, new_id: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        specs: list[AgentSpec],
+        stores: Stores,
+        clock: Clock,
+        new_id: Callable[[], str],
+        settings: HostSettings | None = None,
+        principals: dict[str, Principal] | None = None,
+    ) -> None:
         self.stores = stores
+        self.clock = clock
+        self.ledger = stores.ledger()
         self.webhooks = webhook_client()
         self.agents: dict[str, ServedAgent] = {}
+        base = settings or HostSettings()
         for spec in specs:
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
             push = PushDispatcher.over(self.webhooks, push_store) if push_enabled else None
-            host = TaskHost(spec.name, spec.executor, task_store, push_store if push_enabled else None, push, clock, new_id)
+            host = TaskHost(
+                spec.name,
+                spec.executor,
+                task_store,
+                self.ledger,
+                push_store if push_enabled else None,
+                push,
+                clock,
+                new_id,
+                replace(base, repeat_safe=getattr(spec.executor, "repeat_safe", True)),
+            )
             handler = BridgeRequestHandler(spec.card, host, spec.extended_card, interfaces)
-            self.agents[spec.name] = ServedAgent(spec, host, handler, dict(spec.tokens or {}))
+            self.agents[spec.name] = ServedAgent(spec, host, handler, {**(principals or {}), **(spec.tokens or {})})
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        session = await self.ledger.start_session(self.clock.now())
+        for agent in self.agents.values():
+            await agent.host.start(session)
         yield
+        for agent in self.agents.values():
+            await agent.host.stop()
         for agent in self.agents.values():
             if agent.host.push is not None:
                 await agent.host.push.drain()

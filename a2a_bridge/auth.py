@@ -31,6 +31,15 @@ class Principal(User):
         return self.name
 
 
+def is_operator(context: ServerCallContext) -> bool:
+    return isinstance(context.user, Principal) and context.user.kind == "operator"
+
+
+def owner_context(owner: str) -> ServerCallContext:
+    """A call context that acts as the named owner of a task ('' is the anonymous owner)."""
+    return ServerCallContext(user=Principal(owner) if owner else UnauthenticatedUser())
+
+
 def bearer_token(headers: "dict[str, str] | object") -> str | None:
     value = headers.get("authorization", "")  # type: ignore[attr-defined]
     scheme, _, token = value.partition(" ")
@@ -52,6 +61,10 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
         context.state["headers"][VERSION_HEADER] = version
         context.state["base_url"] = public_base(request, self.base_path)
         return context
+
+    def identity(self, request: Request) -> ServerCallContext:
+        """The caller alone, for the bridge's own endpoints, which are not A2A methods and need no version header."""
+        return ServerCallContext(user=self.build_user(request))
 
     def build_user(self, request: Request) -> User:
         token = bearer_token(request.headers)

@@ -53,6 +53,9 @@ TRANSITIONS: tuple[Row, ...] = (
 )
 """The seed's transition reference. `request_cancel` from needs_reconciliation keeps that state (see `apply`)."""
 
+REACHED_BY = {AWAITING_REPLY: "ask", COMPLETED: "complete", FAILED: "fail", CANCELLED: "report_cancelled"}
+"""The operation an assignee posts to bring its claim to the claim state of a new A2A state (MAPPING.md)."""
+
 NEW_GENERATION = frozenset({"claim", "resume", "reconcile_continue"})
 EXTENDS_LEASE = frozenset({"claim", "renew", "open_window", "resume", "reconcile_continue"})
 

@@ -4,14 +4,18 @@ import argparse
 import asyncio
 import logging
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
 
 from a2a_bridge.app import Bridge
+from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
+from a2a_bridge.task_host import HostSettings
 
+DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"
 KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243}
 
 
@@ -25,6 +29,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--kit-ports", action="store_true", help="also serve each agent at the root of its kit port")
     serve.add_argument("--pace", type=float, default=0.25, help="seconds the sample agents wait between steps")
     serve.add_argument("--deploy-ledger", type=Path, help="file the deployer appends each rollout to")
+    serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
+    serve.add_argument("--idle-lifespan", type=float, help="seconds an idle task waits for input before it is closed")
+    serve.add_argument("--operator-token", default=DEMO_OPERATOR_TOKEN, help="bearer token of the operator principal")
     serve.add_argument("--log-level", default="info")
     return root
 
@@ -32,11 +39,17 @@ def parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace) -> None:
     from agents.catalog import sample_agents
 
+    settings = HostSettings(
+        lease=timedelta(seconds=args.lease),
+        idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
+    )
     bridge = Bridge(
         sample_agents(args.pace, deploy_ledger=args.deploy_ledger),
         Stores(StoreConfig.parse(args.store)),
         SystemClock(),
         lambda: str(uuid.uuid4()),
+        settings,
+        {args.operator_token: Principal("operator", kind="operator")},
     )
     configs = [uvicorn.Config(bridge.app(), host=args.host, port=args.port, log_level=args.log_level)]
     if args.kit_ports:

@@ -12,6 +12,7 @@ from a2a.utils.errors import (
     VersionNotSupportedError,
 )
 
+from a2a_bridge.claims import ClaimError
 from a2a_bridge.states import state_name
 
 SUPPORTED_VERSION = "1.0"
@@ -59,3 +60,19 @@ def version_not_supported(requested: str | None) -> VersionNotSupportedError:
 def agent_failed(task_id: str) -> InternalError:
     """What a client is told when an agent raised: a generic error naming the task, never the exception."""
     return InternalError("Internal error", data={"taskId": task_id})
+
+
+def needs_reconciliation(task: Task) -> UnsupportedOperationError:
+    """Input to a task that waits for an operator to reconcile it."""
+    return UnsupportedOperationError(
+        "An operator must reconcile this task first",
+        data={"taskId": task.id, "state": state_name(task.status.state), "claimState": "needs_reconciliation"},
+    )
+
+
+def claim_refused(task: Task, refused: ClaimError) -> UnsupportedOperationError:
+    """A turn the claim rules refuse (a recorded cancellation, a task being reconciled)."""
+    return UnsupportedOperationError(
+        "This operation is not supported",
+        data={"taskId": task.id, "state": state_name(task.status.state), "claim": refused.reason},
+    )

@@ -46,6 +46,7 @@ records_table = Table(
     Column("lease_until", DateTime(timezone=True), nullable=True),
     Column("cancellation_requested", Boolean, nullable=False),
     Column("stage", String(255), nullable=True),
+    Column("signal", String(255), nullable=True),
 )
 
 claim_events_table = Table(
@@ -93,6 +94,8 @@ class TaskRecord:
     notifications: list[Notification] = field(default_factory=list)
     idle_expires_at: datetime | None = None
     claim: Claim = field(default_factory=Claim)
+    signal: str | None = None
+    """What resumed the current turn when it was not a user message (an operator's approval)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ def _row_values(record: TaskRecord) -> dict[str, Any]:
         "lease_until": claim.lease_until,
         "cancellation_requested": claim.cancellation_requested,
         "stage": claim.stage,
+        "signal": record.signal,
     }
 
 
@@ -168,6 +172,7 @@ def _record(row: Any) -> TaskRecord:
             cancellation_requested=row.cancellation_requested,
             stage=row.stage,
         ),
+        signal=row.signal,
     )
 
 

@@ -17,8 +17,9 @@ from a2a.server.tasks import (
     PushNotificationConfigStore,
     TaskStore,
 )
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
 
 
 @functools.cache
@@ -68,21 +69,11 @@ class Stores:
         push_store.config_model = config_model
         return task_store, push_store
 
+    def ledger(self) -> Ledger:
+        """The bridge's own tables, in the same database as the tasks."""
+        return MemoryLedger() if self.engine is None else SqlLedger(self.engine)
+
     async def close(self) -> None:
         if self.engine is not None:
             await self.engine.dispose()
 
-
-async def owner_of(store: TaskStore, task_id: str) -> str | None:
-    """Who owns a stored task, for operator endpoints that act on any caller's task."""
-    if isinstance(store, DatabaseTaskStore):
-        await store.initialize()
-        model = store.task_model
-        async with store.async_session_maker() as session:
-            result = await session.execute(select(model.owner).where(model.id == task_id))
-            return result.scalar_one_or_none()
-    if isinstance(store, InMemoryTaskStore):
-        for owner, tasks in store._impl.tasks.items():
-            if task_id in tasks:
-                return owner
-    return None

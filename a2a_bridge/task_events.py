@@ -73,8 +73,6 @@ def apply_event(task: Task, event: Event, now: datetime) -> bool:
         return False
     if isinstance(event, TaskStatusUpdateEvent):
         set_status(task, event.status, now)
-        if event.status.HasField("timestamp") is False:
-            event.status.CopyFrom(task.status)
     elif isinstance(event, TaskArtifactUpdateEvent):
         append_artifact(task, event)
     elif isinstance(event, Message):

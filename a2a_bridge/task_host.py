@@ -1,10 +1,13 @@
-"""Runs the turns of one agent's tasks: one turn at a time per task, each event fenced, folded, stored and fanned out."""
+"""Runs the turns of one agent's tasks: one turn at a time per task, each under a claim, each event fenced, folded,
+stored with the task's record and fanned out."""
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
@@ -21,17 +24,28 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import A2AError
+from google.protobuf.json_format import ParseDict
 
-from a2a_bridge import errors
+from a2a_bridge import claims, errors
+from a2a_bridge.auth import owner_context
+from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.clock import Clock
+from a2a_bridge.ledger import Ledger, TaskRecord
 from a2a_bridge.push import PushDispatcher
-from a2a_bridge.states import is_interrupted, is_terminal
+from a2a_bridge.states import is_interrupted, is_terminal, row_for, state_name
 from a2a_bridge.task_events import Event, add_user_input, apply_event, new_task, set_status, stamp_ids
+from a2a_bridge.task_status import ANONYMOUS, WHO_MUST_ACT, next_notifications
 
 log = logging.getLogger(__name__)
 
 FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
 CANCELED_TEXT = "Canceled at the client's request."
+RECONCILE_TEXT = (
+    "The server stopped while this task was working, and repeating its work is not safe. "
+    "An operator must reconcile it."
+)
+CANCEL_TURN = 0
+"""The turn of the events an agent reports from cancel(): it speaks for the current claim."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +74,7 @@ FeedItem = Event | TurnEnded | TurnFailed | Refused
 
 @dataclass(eq=False)
 class Listener:
-    """A queue fed with the events of one turn, or of every turn once `turn` is None."""
+    """A queue fed with the events of one turn (a claim generation), or of every turn once `turn` is None."""
 
     turn: int | None = None
     snapshots: bool = False
@@ -71,11 +85,23 @@ class Listener:
 
 
 class BridgeRequestContext(RequestContext):
-    """The SDK's request context, plus the signal that resumed the turn (None for a user message)."""
+    """The SDK's request context, plus the signal that resumed the turn and the operation window of its claim."""
 
-    def __init__(self, *args: object, signal: str | None = None, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        *args: Any,
+        signal: str | None = None,
+        window: Callable[[str, int], Coroutine[Any, Any, None]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
         self.signal = signal
+        self._window = window
+
+    async def open_window(self, stage: str, seconds: int) -> None:
+        """Extend this turn's lease for a named long step of 1 to 3,600 seconds."""
+        if self._window is not None:
+            await self._window(stage, seconds)
 
 
 @dataclass(eq=False)
@@ -83,16 +109,19 @@ class LiveTask:
     """What this process holds for a task while a turn runs, a call waits or someone listens."""
 
     task: Task
-    owner: ServerCallContext
+    record: TaskRecord
     turn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     listeners: list[Listener] = field(default_factory=list)
-    turns: int = 0
-    running: asyncio.Task[None] | None = None
+    running: asyncio.Future[None] | None = None
     running_turn: int | None = None
     fenced: set[int] = field(default_factory=set)
     canceling: asyncio.Event | None = None
     users: int = 0
+
+    @property
+    def owner(self) -> ServerCallContext:
+        return owner_context(self.record.owner)
 
 
 @dataclass(eq=False)
@@ -112,7 +141,7 @@ class TurnQueue(EventQueue):
         self.turn = turn
         self.live = live
         self.pending = pending
-        self.execution: asyncio.Task[None] | None = None
+        self.execution: asyncio.Future[None] | None = None
         self.replied = False
 
     async def enqueue_event(self, event: Event) -> None:
@@ -129,45 +158,105 @@ class TurnQueue(EventQueue):
         await self.host.apply(self.live, self.turn, event)
 
 
+def evidence_of(event: Event) -> dict[str, Any]:
+    """What an agent's status report shows: the state it reached and what it said."""
+    if not isinstance(event, TaskStatusUpdateEvent):
+        return {}
+    status = event.status
+    text = " ".join(p.text for p in status.message.parts if p.text) if status.HasField("message") else ""
+    return {"a2a_state": state_name(status.state), "message": text}
+
+
+@dataclass
+class HostSettings:
+    """How a host runs turns: its lease, the inactivity lifespan, and whether its agent's work may repeat."""
+
+    lease: timedelta = claims.DEFAULT_LEASE
+    idle_lifespan: timedelta | None = None
+    repeat_safe: bool = True
+
+
 class TaskHost:
-    """One agent's tasks: its store, its executor, and the live tasks of this process."""
+    """One agent's tasks: its store and ledger, its executor, and the live tasks of this process."""
 
     def __init__(
         self,
         agent: str,
         executor: AgentExecutor,
         store: TaskStore,
+        ledger: Ledger,
         push_store: PushNotificationConfigStore | None,
         push: PushDispatcher | None,
         clock: Clock,
         new_id: Callable[[], str],
+        settings: HostSettings | None = None,
     ) -> None:
         self.agent = agent
         self.executor = executor
         self.store = store
+        self.ledger = ledger
         self.push_store = push_store
         self.push = push
         self.clock = clock
         self.new_id = new_id
+        self.settings = settings or HostSettings()
+        self.session = 0
         self._live: dict[str, LiveTask] = {}
-        self._background: set[asyncio.Task[object]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._changes: dict[str, asyncio.Event] = {}
+        self._deadlines: dict[str, datetime] = {}
+
+    async def start(self, session: int) -> None:
+        """Take this process's session generation, recover claims of older sessions, and watch idle deadlines."""
+        self.session = session
+        for record in await self.ledger.claimed_before(session):
+            if record.agent == self.agent:
+                await self._recover(record)
+        if self.settings.idle_lifespan is not None:
+            for record in await self.ledger.idle_deadlines():
+                if record.agent == self.agent and record.idle_expires_at is not None:
+                    self._deadlines[record.task_id] = record.idle_expires_at
+            self._spawn(self._sweep_idle())
+
+    async def stop(self) -> None:
+        for job in list(self._background):
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The freshest copy of a task that the caller may see."""
         live = self._live.get(task_id)
         if live is not None:
-            return snapshot(live.task) if same_owner(live.owner, context) else None
+            return snapshot(live.task) if live.record.owner == context.user.user_name else None
         return await self.store.get(task_id, context)
+
+    async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
+        """The task and its record, if the caller owns it."""
+        live = self._live.get(task_id)
+        if live is not None:
+            if live.record.owner != context.user.user_name:
+                return None
+            return snapshot(live.task), replace(live.record)
+        record = await self.ledger.get(task_id)
+        if record is None or record.agent != self.agent or record.owner != context.user.user_name:
+            return None
+        task = await self.store.get(task_id, context)
+        return (task, record) if task is not None else None
+
+    def changed(self, task_id: str) -> asyncio.Event:
+        """An event set at the task's next change (its revision moves)."""
+        return self._changes.setdefault(task_id, asyncio.Event())
 
     async def _acquire(self, task_id: str, context: ServerCallContext) -> LiveTask:
         """The live record of a task, loaded from the store if needed; pair with _release."""
         live = self._live.get(task_id)
         if live is None:
-            task = await self.store.get(task_id, context)
-            if task is None:
+            record = await self.ledger.get(task_id)
+            task = await self.store.get(task_id, context) if record is not None and record.agent == self.agent else None
+            if task is None or record is None or record.owner != context.user.user_name:
                 raise errors.task_not_found(task_id)
-            live = self._live.setdefault(task_id, LiveTask(task=task, owner=context))
-        elif not same_owner(live.owner, context):
+            live = self._live.setdefault(task_id, LiveTask(task=task, record=record))
+        elif live.record.owner != context.user.user_name:
             raise errors.task_not_found(task_id)
         live.users += 1
         return live
@@ -181,7 +270,7 @@ class TaskHost:
             self._live.pop(live.task.id, None)
 
     async def open(self, queue: TurnQueue, agent_task: Task | None) -> LiveTask:
-        """Store a new task (merging what the agent sent) and publish its first snapshot."""
+        """Store a new task under its first claim (merging what the agent sent) and publish its first snapshot."""
         pending = queue.pending
         assert pending is not None
         task = pending.task
@@ -191,21 +280,69 @@ class TaskHost:
                 task.history.extend(agent_task.history)
             task.artifacts.extend(agent_task.artifacts)
             task.metadata.update(agent_task.metadata)
-        live = LiveTask(task=task, owner=pending.owner, turns=queue.turn, users=1)
+        now = self.clock.now()
+        owner = pending.owner.user.user_name
+        record = TaskRecord(
+            task_id=task.id,
+            agent=self.agent,
+            owner=owner,
+            responsible_user=owner or ANONYMOUS,
+            created_at=now,
+            state=state_name(task.status.state),
+        )
+        live = LiveTask(task=task, record=record, users=1)
         live.running, live.running_turn = queue.execution, queue.turn
         live.listeners.append(pending.listener)
         self._live[task.id] = live
+        await self._post(live, Op("create"), {"message_id": task.history[0].message_id if task.history else ""})
+        await self._post(live, Op("claim", session=self.session), {"turn": "first message"})
         await self._save(live)
         self._publish(live, queue.turn, snapshot(task))
         return live
 
+    async def _post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
+        """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
+        now = self.clock.now()
+        claim = live.record.claim
+        op = replace(
+            op,
+            generation=claim.claim_generation if op.generation is None else op.generation,
+            session=op.session or claim.session_generation,
+            evidence=evidence,
+        )
+        updated = claims.apply(claim, op, now, self.settings.lease)
+        live.record.claim = updated
+        await self.ledger.add_claim_event(live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now)
+        return updated
+
     async def _save(self, live: LiveTask) -> None:
-        """Store the task; canceling the turn that saves does not interrupt the write (SQLite stayed locked)."""
+        """Store the task and its record under a new revision; a canceled turn does not interrupt the write."""
         await asyncio.shield(self._write(live))
 
     async def _write(self, live: LiveTask) -> None:
         async with live.save_lock:
+            record = live.record
+            record.revision += 1
+            record.state = state_name(live.task.status.state)
+            record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, self.clock.now())
+            lifespan = self.settings.idle_lifespan
+            if lifespan is not None and row_for(live.task.status.state).phase == "idle":
+                if record.idle_expires_at is None:
+                    record.idle_expires_at = self.clock.now() + lifespan
+                self._deadlines[record.task_id] = record.idle_expires_at
+            else:
+                record.idle_expires_at = None
+                self._deadlines.pop(record.task_id, None)
             await self.store.save(live.task, live.owner)
+            await self.ledger.put(record)
+        change = self._changes.pop(live.task.id, None)
+        if change is not None:
+            change.set()
+
+    async def _put_record(self, live: LiveTask) -> None:
+        """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
+        async with live.save_lock:
+            await self.ledger.put(live.record)
 
     def _publish(self, live: LiveTask, turn: int | None, item: FeedItem) -> None:
         """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""
@@ -214,24 +351,54 @@ class TaskHost:
             if listener.wants(turn):
                 listener.queue.put_nowait(snapshot(live.task) if at_rest and listener.snapshots else item)
 
-    async def apply(self, live: LiveTask, turn: int | None, event: Event) -> None:
-        """Fence, fold, store and fan out one event; turn None is the bridge's own event."""
-        if turn in live.fenced:
-            log.warning("dropped an event of fenced turn %s of task %s", turn, live.task.id)
-            return
+    def _claim_ops(self, live: LiveTask, event: Event) -> tuple[str, ...]:
+        """The claim operations an event posts: reaching an interrupted or terminal state reports it."""
+        if not isinstance(event, TaskStatusUpdateEvent):
+            return ()
+        target = row_for(event.status.state).claim_state
+        operation = claims.REACHED_BY.get(target)
+        if operation is None:
+            return ()
+        if operation == "report_cancelled" and not live.record.claim.cancellation_requested:
+            return ("request_cancel", operation)
+        return (operation,)
+
+    async def apply(
+        self, live: LiveTask, turn: int | None, event: Event, claim_ops: tuple[str, ...] | None = None
+    ) -> bool:
+        """Fence, fold, store and fan out one event; turn None is the bridge's own event. False if it was dropped."""
         if isinstance(event, Task):
             log.warning("ignored a second Task snapshot from the agent for task %s", live.task.id)
-            return
-        stamp_ids(live.task, event)
-        if not apply_event(live.task, event, self.clock.now()):
+            return False
+        claim = live.record.claim
+        if turn is not None and turn in live.fenced:
+            log.warning("dropped an event of fenced turn %s of task %s", turn, live.task.id)
+            return False
+        if turn not in (None, CANCEL_TURN) and (
+            turn != claim.claim_generation or claim.session_generation != self.session
+        ):
+            log.warning("dropped an event of stale claim %s of task %s (current %s)", turn, live.task.id, claim.claim_generation)
+            return False
+        if is_terminal(live.task.status.state):
             log.warning("dropped an event for ended task %s", live.task.id)
-            return
+            return False
+        stamp_ids(live.task, event)
+        before = live.record.claim
+        try:
+            for operation in self._claim_ops(live, event) if claim_ops is None else claim_ops:
+                await self._post(live, Op(operation, local_operation_stopped=True), evidence_of(event))
+        except ClaimError as refused:
+            live.record.claim = before
+            log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
+            return False
+        apply_event(live.task, event, self.clock.now())
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         await self._save(live)
         self._publish(live, turn, event)
         if self.push is not None and not isinstance(event, Message):
             self.push.notify(live.task.id, event)
+        return True
 
     async def send(self, request: SendMessageRequest, context: ServerCallContext, listener: Listener) -> str:
         """Start or queue the turn for a message; the listener receives that turn's events. Returns the task id."""
@@ -250,6 +417,8 @@ class TaskHost:
                 raise errors.invalid_field("message.contextId", "contextId does not match the task")
             if is_terminal(live.task.status.state):
                 raise errors.task_is_terminal(live.task)
+            if live.record.claim.state == claims.NEEDS_RECONCILIATION:
+                raise errors.needs_reconciliation(live.task)
             message.context_id = live.task.context_id
         except A2AError:
             self._release(live)
@@ -257,15 +426,36 @@ class TaskHost:
         self._spawn(self._follow_up(live, request, context, listener))
         return live.task.id
 
-    def _spawn(self, coroutine: "asyncio.Future[object] | object") -> None:
-        job = asyncio.ensure_future(coroutine)  # type: ignore[arg-type]
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        job = asyncio.ensure_future(coroutine)
         self._background.add(job)
         job.add_done_callback(self._background.discard)
+
+    def _context(self, context: ServerCallContext, request: SendMessageRequest, live: LiveTask, signal: str | None) -> BridgeRequestContext:
+        turn = live.record.claim.claim_generation
+
+        async def window(stage: str, seconds: int) -> None:
+            await self._open_window(live, turn, stage, seconds)
+
+        return BridgeRequestContext(
+            context,
+            request=request,
+            task_id=live.task.id,
+            context_id=live.task.context_id,
+            task=snapshot(live.task),
+            signal=signal,
+            window=window,
+        )
 
     async def _first_turn(self, pending: Pending, request: SendMessageRequest) -> None:
         queue = TurnQueue(self, 1, pending=pending)
         task = pending.task
-        ctx = BridgeRequestContext(pending.owner, request=request, task_id=task.id, context_id=task.context_id)
+
+        async def window(stage: str, seconds: int) -> None:
+            if queue.live is not None:
+                await self._open_window(queue.live, 1, stage, seconds)
+
+        ctx = BridgeRequestContext(pending.owner, request=request, task_id=task.id, context_id=task.context_id, window=window)
         await self._register_push(task.id, request, pending.owner)
         await self._run(queue, ctx)
         if queue.live is None and not queue.replied:
@@ -273,6 +463,13 @@ class TaskHost:
         if queue.live is not None:
             await self._finish_turn(queue.live, queue.turn)
             self._release(queue.live)
+
+    async def _start_turn(self, live: LiveTask, evidence: dict[str, Any], operation: str = "resume") -> int:
+        """Claim the task for a new turn (a new generation); returns it."""
+        if live.record.claim.state == claims.CLAIMED:
+            await self._post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
+        claim = await self._post(live, Op(operation, session=self.session, local_operation_stopped=True), evidence)
+        return claim.claim_generation
 
     async def _follow_up(
         self, live: LiveTask, request: SendMessageRequest, context: ServerCallContext, listener: Listener
@@ -284,55 +481,45 @@ class TaskHost:
                 if is_terminal(live.task.status.state):
                     listener.queue.put_nowait(Refused(errors.task_is_terminal(live.task)))
                     return
-                live.turns += 1
-                listener.turn = live.turns
+                try:
+                    turn = await self._start_turn(live, {"message_id": request.message.message_id})
+                except ClaimError as refused:
+                    listener.queue.put_nowait(Refused(errors.claim_refused(live.task, refused)))
+                    return
+                listener.turn = turn
                 live.listeners.append(listener)
+                live.record.signal = None
                 add_user_input(live.task, request.message, self.clock.now())
                 await self._save(live)
-                self._publish(live, listener.turn, snapshot(live.task))
+                self._publish(live, turn, snapshot(live.task))
                 await self._register_push(live.task.id, request, context)
-                ctx = BridgeRequestContext(
-                    context,
-                    request=request,
-                    task_id=live.task.id,
-                    context_id=live.task.context_id,
-                    task=snapshot(live.task),
-                )
-                await self._run(TurnQueue(self, listener.turn, live=live), ctx)
-                await self._finish_turn(live, listener.turn)
+                await self._run(TurnQueue(self, turn, live=live), self._context(context, request, live, None))
+                await self._finish_turn(live, turn)
         finally:
             self._release(live)
 
     def resume(self, task_id: str, context: ServerCallContext, signal: str) -> None:
         """Start, in the background, a turn that is not a user message (an operator's approval)."""
-        self._spawn(self._resume(task_id, context, signal))
+        self._spawn(self._resume(task_id, context, signal, "resume"))
 
-    async def _resume(self, task_id: str, context: ServerCallContext, signal: str) -> None:
+    async def _resume(self, task_id: str, context: ServerCallContext, signal: str | None, operation: str) -> None:
         live = await self._acquire(task_id, context)
         try:
             async with live.turn_lock:
                 if is_terminal(live.task.status.state):
                     return
-                live.turns += 1
-                turn = live.turns
-                request = SendMessageRequest(
-                    message=Message(
-                        message_id=self.new_id(),
-                        role=Role.ROLE_USER,
-                        task_id=task_id,
-                        context_id=live.task.context_id,
-                        parts=[Part(text=signal)],
-                    )
-                )
-                ctx = BridgeRequestContext(
-                    context,
-                    request=request,
-                    task_id=task_id,
-                    context_id=live.task.context_id,
-                    task=snapshot(live.task),
-                    signal=signal,
-                )
-                await self._run(TurnQueue(self, turn, live=live), ctx)
+                try:
+                    turn = await self._start_turn(live, {"signal": signal or "continue"}, operation)
+                except ClaimError as refused:
+                    log.warning("could not resume task %s: %s", task_id, refused.detail)
+                    return
+                live.record.signal = signal
+                await self._put_record(live)
+                request = SendMessageRequest(message=last_user_message(live.task) or Message(
+                    message_id=self.new_id(), role=Role.ROLE_USER, task_id=task_id,
+                    context_id=live.task.context_id, parts=[Part(text=signal or "continue")],
+                ))
+                await self._run(TurnQueue(self, turn, live=live), self._context(context, request, live, signal))
                 await self._finish_turn(live, turn)
         finally:
             self._release(live)
@@ -347,11 +534,12 @@ class TaskHost:
         await self.push_store.set_info(task_id, config, context)
 
     async def _run(self, queue: TurnQueue, ctx: BridgeRequestContext) -> None:
-        """Run execute() for one turn; an exception fails the task with a generic status message."""
+        """Run execute() for one turn while renewing its lease; an exception fails the task with a generic message."""
         execution = asyncio.ensure_future(self.executor.execute(ctx, queue))
         queue.execution = execution
         if queue.live is not None:
             queue.live.running, queue.live.running_turn = execution, queue.turn
+        renewer = asyncio.ensure_future(self._renew(queue))
         try:
             await asyncio.wait([execution])
             execution.result()
@@ -363,8 +551,38 @@ class TaskHost:
             log.exception("agent %s raised in turn %s", self.agent, queue.turn)
             await self._fail(queue)
         finally:
+            renewer.cancel()
             if queue.live is not None:
                 queue.live.running, queue.live.running_turn = None, None
+
+    async def _renew(self, queue: TurnQueue) -> None:
+        """Renew the turn's lease at a third of its length while the turn runs."""
+        interval = self.settings.lease.total_seconds() / 3
+        while True:
+            await asyncio.sleep(interval)
+            live = queue.live
+            if live is None:
+                continue
+            claim = live.record.claim
+            now = self.clock.now()
+            if claim.state != claims.CLAIMED or claim.claim_generation != queue.turn:
+                return
+            if claim.lease_until is not None and claim.lease_until - now > self.settings.lease:
+                continue
+            try:
+                await self._post(live, Op("renew", session=self.session), {"renewed_by": "bridge"})
+            except ClaimError as refused:
+                log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
+                return
+            await self._put_record(live)
+
+    async def _open_window(self, live: LiveTask, turn: int, stage: str, seconds: int) -> None:
+        if live.record.claim.claim_generation != turn:
+            raise ClaimError("stale_claim", "the turn's claim is no longer current")
+        await self._post(
+            live, Op("open_window", session=self.session, stage=stage, window_seconds=seconds), {"stage": stage, "seconds": seconds}
+        )
+        await self._put_record(live)
 
     async def _fail(self, queue: TurnQueue) -> None:
         if queue.live is None:
@@ -395,25 +613,29 @@ class TaskHost:
                 listener.turn = None
 
     async def cancel(self, task_id: str, context: ServerCallContext) -> Task:
-        """Stop the running turn, let the agent report the cancel, and end the task CANCELED."""
+        """Record the cancel request, stop the running turn, let the agent report the cancel, end the task CANCELED."""
         live = await self._acquire(task_id, context)
         try:
             if live.canceling is not None:
                 await live.canceling.wait()
             if is_terminal(live.task.status.state):
                 raise errors.task_not_cancelable(live.task)
+            if live.record.claim.state == claims.NEEDS_RECONCILIATION:
+                await self._post(live, Op("request_cancel"), {"requested_by": context.user.user_name or ANONYMOUS})
+                await self._put_record(live)
+                return snapshot(live.task)
             live.canceling = asyncio.Event()
             try:
+                await self._post(live, Op("request_cancel"), {"requested_by": context.user.user_name or ANONYMOUS})
+                await self._put_record(live)
                 running, turn = live.running, live.running_turn
                 if running is not None and turn is not None:
                     live.fenced.add(turn)
                     running.cancel()
                     await asyncio.wait([running])
-                ctx = BridgeRequestContext(
-                    context, task_id=task_id, context_id=live.task.context_id, task=snapshot(live.task)
-                )
+                ctx = BridgeRequestContext(context, task_id=task_id, context_id=live.task.context_id, task=snapshot(live.task))
                 try:
-                    await self.executor.cancel(ctx, TurnQueue(self, 0, live=live))
+                    await self.executor.cancel(ctx, TurnQueue(self, CANCEL_TURN, live=live))
                 except Exception:
                     log.exception("agent %s raised while canceling task %s", self.agent, task_id)
                 if not is_terminal(live.task.status.state):
@@ -423,6 +645,82 @@ class TaskHost:
                 live.canceling.set()
                 live.canceling = None
             return snapshot(live.task)
+        finally:
+            self._release(live)
+
+    async def _recover(self, record: TaskRecord) -> None:
+        """A claim left by a process that stopped: fence it, then continue, cancel, or wait for an operator."""
+        live = await self._acquire(record.task_id, owner_context(record.owner))
+        try:
+            await self._post(live, Op("invalidate"), {"reason": "session_fenced", "session": record.claim.session_generation})
+            if live.record.claim.cancellation_requested:
+                await self._post(
+                    live, Op("reconcile_cancelled", local_operation_stopped=True), {"reason": "the process running it stopped"}
+                )
+                canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, self.new_id())
+                await self.apply(live, None, status_event_for(live.task, canceled), claim_ops=())
+            elif self.settings.repeat_safe:
+                self._spawn(self._resume(record.task_id, live.owner, record.signal, "reconcile_continue"))
+            else:
+                waiting = agent_status(live.task, TaskState.TASK_STATE_AUTH_REQUIRED, RECONCILE_TEXT, self.new_id())
+                ParseDict({WHO_MUST_ACT: {"actor": "operator", "action": "reconcile"}}, waiting.message.metadata)
+                await self.apply(live, None, status_event_for(live.task, waiting), claim_ops=())
+        finally:
+            self._release(live)
+
+    async def reconcile(self, task_id: str, outcome: str, evidence: dict[str, Any]) -> TaskRecord:
+        """An operator reports the actual outcome of a task in needs_reconciliation (the seed's four rows)."""
+        record = await self.ledger.get(task_id)
+        if record is None or record.agent != self.agent:
+            raise errors.task_not_found(task_id)
+        live = await self._acquire(task_id, owner_context(record.owner))
+        try:
+            operation = f"reconcile_{outcome}"
+            if outcome == "continue":
+                if live.record.claim.state != claims.NEEDS_RECONCILIATION:
+                    raise ClaimError("invalid_transition", f"reconcile is not allowed from {live.record.claim.state}")
+                self._spawn(self._resume(task_id, live.owner, live.record.signal, operation))
+                return replace(live.record)
+            await self._post(live, Op(operation, local_operation_stopped=True), evidence)
+            note = str(evidence.get("note") or "no note")
+            if outcome == "completed":
+                done = agent_status(live.task, TaskState.TASK_STATE_COMPLETED, f"Reconciled by an operator: {note}", self.new_id())
+                await self.apply(live, None, status_event_for(live.task, done), claim_ops=())
+            elif outcome == "cancelled":
+                done = agent_status(live.task, TaskState.TASK_STATE_CANCELED, f"Canceled by an operator: {note}", self.new_id())
+                await self.apply(live, None, status_event_for(live.task, done), claim_ops=())
+            else:
+                await self._put_record(live)
+            return replace(live.record)
+        finally:
+            self._release(live)
+
+    async def _sweep_idle(self) -> None:
+        """Cancel tasks whose inactivity lifespan ran out; bounded steps, ended with the host."""
+        lifespan = self.settings.idle_lifespan
+        assert lifespan is not None
+        step = min(1.0, max(0.05, lifespan.total_seconds() / 4))
+        while True:
+            now = self.clock.now()
+            for task_id, deadline in list(self._deadlines.items()):
+                if deadline <= now:
+                    self._deadlines.pop(task_id, None)
+                    await self._expire(task_id)
+            await asyncio.sleep(step)
+
+    async def _expire(self, task_id: str) -> None:
+        record = await self.ledger.get(task_id)
+        if record is None:
+            return
+        live = await self._acquire(task_id, owner_context(record.owner))
+        try:
+            deadline = live.record.idle_expires_at
+            if deadline is None or deadline > self.clock.now() or live.running is not None:
+                return
+            lifespan = int(self.settings.idle_lifespan.total_seconds()) if self.settings.idle_lifespan else 0
+            text = f"Canceled after {lifespan} seconds without input: the task's inactivity lifespan ran out."
+            canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, text, self.new_id())
+            await self.apply(live, None, status_event_for(live.task, canceled))
         finally:
             self._release(live)
 
@@ -452,8 +750,11 @@ class TaskHost:
             await asyncio.wait(list(self._background))
 
 
-def same_owner(owner: ServerCallContext, caller: ServerCallContext) -> bool:
-    return owner.user.user_name == caller.user.user_name
+def last_user_message(task: Task) -> Message | None:
+    for entry in reversed(task.history):
+        if entry.role == Role.ROLE_USER:
+            return entry
+    return None
 
 
 def snapshot(task: Task) -> Task:

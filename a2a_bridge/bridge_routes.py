@@ -1,0 +1,199 @@
+"""The bridge's own endpoints beside A2A: Task Status (poll, long poll, SSE), the claim view, approval and reconcile."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.types import TaskState
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from a2a_bridge.auth import owner_context
+from a2a_bridge.claims import ClaimError
+from a2a_bridge.clock import iso
+from a2a_bridge.ledger import TaskRecord
+from a2a_bridge.task_host import TaskHost
+from a2a_bridge.task_status import status_object
+
+MAX_WAIT = 60.0
+CROSS_PROCESS_POLL = 0.5
+"""How often a waiting request rereads the ledger, for changes made by another replica."""
+OUTCOMES = ("completed", "cancelled", "continue", "uncertain")
+APPROVED = "approved"
+
+Caller = Callable[[Request], ServerCallContext]
+
+
+def problem(code: int, status: str, message: str, **details: Any) -> JSONResponse:
+    """An error body in the shape of the HTTP+JSON binding's errors."""
+    return JSONResponse({"error": {"code": code, "status": status, "message": message, **details}}, status_code=code)
+
+
+def not_found(task_id: str) -> JSONResponse:
+    return problem(404, "NOT_FOUND", "Task not found", taskId=task_id)
+
+
+def claim_view(record: TaskRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+    claim = record.claim
+    return {
+        "taskId": record.task_id,
+        "agent": record.agent,
+        "state": claim.state,
+        "claim_generation": claim.claim_generation,
+        "session_generation": claim.session_generation,
+        "lease_until": iso(claim.lease_until) if claim.lease_until else None,
+        "cancellation_requested": claim.cancellation_requested,
+        "stage": claim.stage,
+        "events": [{**event, "at": iso(event["at"])} for event in events],
+    }
+
+
+class BridgeEndpoints:
+    """The endpoints of one agent; `caller` says who is asking, `is_operator` whether they may act as an operator."""
+
+    def __init__(self, host: TaskHost, caller: Caller, is_operator: Callable[[ServerCallContext], bool]) -> None:
+        self.host = host
+        self.caller = caller
+        self.is_operator = is_operator
+
+    def routes(self, approvals: bool) -> list[BaseRoute]:
+        routes: list[BaseRoute] = [
+            Route("/tasks/{task_id}/status", self.status, methods=["GET"]),
+            Route("/tasks/{task_id}/status/stream", self.status_stream, methods=["GET"]),
+            Route("/tasks/{task_id}/claim", self.claim, methods=["GET"]),
+            Route("/tasks/{task_id}/reconcile", self.reconcile, methods=["POST"]),
+        ]
+        if approvals:
+            routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
+        return routes
+
+    async def _view(self, task_id: str, context: ServerCallContext) -> tuple[dict[str, Any], TaskRecord] | None:
+        found = await self.host.task_and_record(task_id, context)
+        if found is None:
+            return None
+        task, record = found
+        return status_object(task, record), record
+
+    async def _changed(self, task_id: str, context: ServerCallContext, revision: int, timeout: float) -> None:
+        """Return when the task's revision differs from `revision`, or when `timeout` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            change = self.host.changed(task_id)
+            current = await self.host.task_and_record(task_id, context)
+            if current is None or current[1].revision != revision:
+                return
+            try:
+                await asyncio.wait_for(change.wait(), min(left, CROSS_PROCESS_POLL))
+            except TimeoutError:
+                continue
+
+    async def status(self, request: Request) -> Response:
+        """The Task Status object; ETag is the revision, If-None-Match answers 304, ?wait=S long-polls."""
+        task_id = request.path_params["task_id"]
+        context = self.caller(request)
+        wait_text = request.query_params.get("wait")
+        try:
+            wait = float(wait_text) if wait_text is not None else 0.0
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait <= MAX_WAIT:
+            return problem(400, "INVALID_ARGUMENT", f"wait must be a number of seconds from 0 to {int(MAX_WAIT)}")
+        view = await self._view(task_id, context)
+        if view is None:
+            return not_found(task_id)
+        body, record = view
+        seen = request.headers.get("if-none-match")
+        if wait > 0 and (seen is None or seen == etag(record)):
+            await self._changed(task_id, context, record.revision, wait)
+            view = await self._view(task_id, context)
+            if view is None:
+                return not_found(task_id)
+            body, record = view
+        if seen == etag(record):
+            return Response(status_code=304, headers={"ETag": etag(record)})
+        return JSONResponse(body, headers={"ETag": etag(record)})
+
+    async def status_stream(self, request: Request) -> Response:
+        """The status object as Server-Sent Events on every change, closed after the terminal one."""
+        task_id = request.path_params["task_id"]
+        context = self.caller(request)
+        view = await self._view(task_id, context)
+        if view is None:
+            return not_found(task_id)
+
+        async def frames() -> AsyncIterator[str]:
+            current: tuple[dict[str, Any], TaskRecord] | None = view
+            while current is not None:
+                body, record = current
+                yield f"id: {record.revision}\ndata: {json.dumps(body)}\n\n"
+                if body["status"]["phase"] == "terminal":
+                    return
+                await self._changed(task_id, context, record.revision, MAX_WAIT)
+                current = await self._view(task_id, context)
+
+        return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    async def claim(self, request: Request) -> Response:
+        """The claim view: state, generations, lease, cancellation and the events posted with their evidence."""
+        task_id = request.path_params["task_id"]
+        record = await self._record_for(request, task_id)
+        if record is None:
+            return not_found(task_id)
+        return JSONResponse(claim_view(record, await self.host.ledger.claim_events(task_id)))
+
+    async def _record_for(self, request: Request, task_id: str) -> TaskRecord | None:
+        """The record of a task the caller owns, or of any task of this agent for an operator."""
+        context = self.caller(request)
+        record = await self.host.ledger.get(task_id)
+        if record is None or record.agent != self.host.agent:
+            return None
+        if record.owner != context.user.user_name and not self.is_operator(context):
+            return None
+        live = await self.host.task_and_record(task_id, owner_context(record.owner))
+        return live[1] if live is not None else record
+
+    async def reconcile(self, request: Request) -> Response:
+        """An operator reports a reconciled outcome with evidence: completed, cancelled, continue or uncertain."""
+        task_id = request.path_params["task_id"]
+        if not self.is_operator(self.caller(request)):
+            return not_found(task_id)
+        try:
+            body = await request.json()
+        except ValueError:
+            return problem(400, "INVALID_ARGUMENT", "the body must be a JSON object")
+        outcome = body.get("outcome") if isinstance(body, dict) else None
+        evidence = body.get("evidence") if isinstance(body, dict) else None
+        if outcome not in OUTCOMES or not isinstance(evidence, dict) or not evidence:
+            return problem(
+                400, "INVALID_ARGUMENT", "send {\"outcome\": completed|cancelled|continue|uncertain, \"evidence\": {...}}"
+            )
+        if await self.host.ledger.get(task_id) is None:
+            return not_found(task_id)
+        try:
+            record = await self.host.reconcile(task_id, outcome, evidence)
+        except ClaimError as refused:
+            return problem(409, "FAILED_PRECONDITION", refused.detail, reason=refused.reason, taskId=task_id)
+        return JSONResponse(claim_view(record, await self.host.ledger.claim_events(task_id)))
+
+    async def approve(self, request: Request) -> Response:
+        """An operator approves a deploy waiting in AUTH_REQUIRED, outside A2A."""
+        task_id = request.path_params["task_id"]
+        record = await self.host.ledger.get(task_id)
+        if record is None or record.agent != self.host.agent:
+            return not_found(task_id)
+        owner = owner_context(record.owner)
+        task = await self.host.get(task_id, owner)
+        if task is None:
+            return not_found(task_id)
+        if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED or record.claim.state != "awaiting_reply":
+            return problem(409, "FAILED_PRECONDITION", "Task is not waiting for approval", taskId=task_id)
+        self.host.resume(task_id, owner, APPROVED)
+        return JSONResponse({"approved": True, "taskId": task_id})
+
+
+def etag(record: TaskRecord) -> str:
+    return f'"{record.revision}"'
