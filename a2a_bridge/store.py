@@ -1,6 +1,7 @@
 """Where tasks live: parse `--store` and build each agent's SDK task store and push-config store."""
 
 import functools
+import warnings
 from dataclasses import dataclass
 
 from a2a.server.models import (
@@ -17,6 +18,7 @@ from a2a.server.tasks import (
     PushNotificationConfigStore,
     TaskStore,
 )
+from sqlalchemy.exc import SAWarning
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
@@ -26,7 +28,9 @@ from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
 def table_models(suffix: str) -> tuple[type[TaskModel], type[PushNotificationConfigModel]]:
     """An agent's two table models, built once per process: SQLAlchemy refuses to declare a table twice, which the
     SDK's stores do for a custom table name each time one is constructed (a second Bridge in a process failed)."""
-    return create_task_model(f"tasks_{suffix}"), create_push_notification_config_model(f"push_configs_{suffix}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        return create_task_model(f"tasks_{suffix}"), create_push_notification_config_model(f"push_configs_{suffix}")
 
 
 @dataclass(frozen=True)
