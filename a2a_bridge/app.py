@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, is_operator, public_base
-from a2a_bridge.bridge_routes import BridgeEndpoints
+from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints
 from a2a_bridge.clock import Clock
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
@@ -42,6 +42,8 @@ class AgentSpec:
     tokens: dict[str, Principal] | None = None
     signing_key: str | None = None
     approvals: bool = False
+    actions: tuple[ActionRoute, ...] = ()
+    """The who-must-act requests its users answer through the bridge (POST /tasks/{id}/{path})."""
 
 
 @dataclass
@@ -76,7 +78,7 @@ class ServedAgent:
         endpoints = BridgeEndpoints(self.host, builder.identity, is_operator)
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
         # Before the REST routes: their catch-all /{tenant} mount would otherwise take these paths and answer 404.
-        routes += endpoints.routes(self.spec.approvals)
+        routes += endpoints.routes(self.spec.approvals, self.spec.actions)
         routes += jsonrpc_routes(dispatcher, JSONRPC_PATH)
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
@@ -144,6 +146,7 @@ class Bridge:
             if agent.host.push is not None:
                 await agent.host.push.drain()
         await self.webhooks.aclose()
+        await self.ledger.close()
         await self.stores.close()
 
     def app(self) -> Starlette:

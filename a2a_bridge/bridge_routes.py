@@ -1,8 +1,10 @@
-"""The bridge's own endpoints beside A2A: Task Status (poll, long poll, SSE), the claim view, approval and reconcile."""
+"""The bridge's own endpoints beside A2A: Task Status (poll, long poll, SSE), the claim view, approval, reconcile,
+and the who-must-act answers (authorize a provider, decide a review)."""
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -11,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from a2a_bridge.auth import owner_context
-from a2a_bridge.claims import ClaimError
+from a2a_bridge.auth import owner_context, public_base
+from a2a_bridge.claims import AWAITING_REPLY, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
 from a2a_bridge.task_host import TaskHost
-from a2a_bridge.task_status import status_object
+from a2a_bridge.task_status import ActionRequest, action_requests, status_object
 
 MAX_WAIT = 60.0
 CROSS_PROCESS_POLL = 0.5
@@ -25,6 +27,30 @@ OUTCOMES = ("completed", "cancelled", "continue", "uncertain")
 APPROVED = "approved"
 
 Caller = Callable[[Request], ServerCallContext]
+
+
+@dataclass(frozen=True)
+class ActionRoute:
+    """A who-must-act request answered outside A2A: `POST /tasks/{id}/{path}` with `{field: value}` from the user who
+    must act resumes the task with the signal `{signal}:{value}`."""
+
+    path: str
+    action: str
+    field: str
+    signal: str
+    choices: tuple[str, ...] = ()
+    """The values `field` may take; empty when it must name the provider of a pending request."""
+
+
+AUTHORIZE = ActionRoute("authorize", "authorize_provider", "provider", "authorized")
+REVIEW = ActionRoute("review", "review", "decision", "review", choices=("post", "discard"))
+
+
+def may_act(caller: str, request: ActionRequest, record: TaskRecord) -> bool:
+    """Whether the caller is the user who must act; an anonymous task has no identity to check, so anyone is."""
+    if not record.owner:
+        return True
+    return caller == (request.user or record.responsible_user)
 
 
 def problem(code: int, status: str, message: str, **details: Any) -> JSONResponse:
@@ -59,7 +85,7 @@ class BridgeEndpoints:
         self.caller = caller
         self.is_operator = is_operator
 
-    def routes(self, approvals: bool) -> list[BaseRoute]:
+    def routes(self, approvals: bool, actions: tuple[ActionRoute, ...] = ()) -> list[BaseRoute]:
         routes: list[BaseRoute] = [
             Route("/tasks/{task_id}/status", self.status, methods=["GET"]),
             Route("/tasks/{task_id}/status/stream", self.status_stream, methods=["GET"]),
@@ -68,6 +94,8 @@ class BridgeEndpoints:
         ]
         if approvals:
             routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
+        for action in actions:
+            routes.append(Route(f"/tasks/{{task_id}}/{action.path}", self.answering(action), methods=["POST"]))
         return routes
 
     async def _view(self, task_id: str, context: ServerCallContext) -> tuple[dict[str, Any], TaskRecord] | None:
@@ -189,10 +217,53 @@ class BridgeEndpoints:
         task = await self.host.get(task_id, owner)
         if task is None:
             return not_found(task_id)
-        if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED or record.claim.state != "awaiting_reply":
+        if (
+            task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED
+            or record.claim.state != "awaiting_reply"
+            or not any(r.actor == "operator" and r.action == "approve" for r in action_requests(task))
+        ):
             return problem(409, "FAILED_PRECONDITION", "Task is not waiting for approval", taskId=task_id)
         self.host.resume(task_id, owner, APPROVED)
         return JSONResponse({"approved": True, "taskId": task_id})
+
+    def answering(self, route: ActionRoute) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await self.answer(route, request)
+
+        return endpoint
+
+    async def answer(self, route: ActionRoute, request: Request) -> Response:
+        """The user who must act answers a pending request of the route's action; anyone else is told the task does
+        not exist."""
+        task_id = request.path_params["task_id"]
+        caller = self.caller(request).user.user_name
+        record = await self.host.ledger.get(task_id)
+        if record is None or record.agent != self.host.agent:
+            return not_found(task_id)
+        owner = owner_context(record.owner)
+        found = await self.host.task_and_record(task_id, owner)
+        if found is None:
+            return not_found(task_id)
+        task, record = found
+        pending = [
+            r for r in action_requests(task) if r.actor == "user" and r.action == route.action and may_act(caller, r, record)
+        ]
+        if not pending:
+            return not_found(task_id)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        value = body.get(route.field) if isinstance(body, dict) else None
+        allowed = route.choices or tuple(dict.fromkeys(r.provider for r in pending if r.provider))
+        if value not in allowed:
+            return problem(400, "INVALID_ARGUMENT", f"send {{\"{route.field}\": {'|'.join(allowed)}}}", taskId=task_id)
+        if record.claim.state != AWAITING_REPLY:
+            return problem(409, "FAILED_PRECONDITION", "Task is already resuming", taskId=task_id)
+        signal = f"{route.signal}:{value}"
+        owner.state["base_url"] = public_base(request, request.scope.get("root_path", ""))
+        self.host.resume(task_id, owner, signal)
+        return JSONResponse({"taskId": task_id, route.field: value, "signal": signal})
 
 
 def etag(record: TaskRecord) -> str:

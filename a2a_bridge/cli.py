@@ -19,6 +19,14 @@ DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"
 KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243}
 
 
+def user_token(text: str) -> tuple[str, Principal]:
+    """`TOKEN=NAME`: a bearer token and the user it names."""
+    token, _, name = text.partition("=")
+    if not token or not name:
+        raise argparse.ArgumentTypeError("expected TOKEN=NAME")
+    return token, Principal(name)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
     commands = root.add_subparsers(dest="command", required=True)
@@ -32,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
     serve.add_argument("--idle-lifespan", type=float, help="seconds an idle task waits for input before it is closed")
     serve.add_argument("--operator-token", default=DEMO_OPERATOR_TOKEN, help="bearer token of the operator principal")
+    serve.add_argument(
+        "--user-token", action="append", default=[], type=user_token, metavar="TOKEN=NAME",
+        help="bearer token of a named user principal, recognised by every agent (repeatable)",
+    )
     serve.add_argument("--log-level", default="info")
     return root
 
@@ -49,7 +61,7 @@ async def serve(args: argparse.Namespace) -> None:
         SystemClock(),
         lambda: str(uuid.uuid4()),
         settings,
-        {args.operator_token: Principal("operator", kind="operator")},
+        {**dict(args.user_token), args.operator_token: Principal("operator", kind="operator")},
     )
     configs = [uvicorn.Config(bridge.app(), host=args.host, port=args.port, log_level=args.log_level)]
     if args.kit_ports:

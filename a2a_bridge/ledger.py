@@ -16,17 +16,22 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    delete,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.claims import Claim
 from a2a_bridge.task_status import Notification
 
 metadata = MetaData()
+
+SESSION_LOCKS = 0x4132
+"""The advisory-lock namespace of session generations on PostgreSQL."""
 
 records_table = Table(
     "bridge_tasks",
@@ -72,6 +77,24 @@ messages_table = Table(
     Column("reply", Text, nullable=True),
 )
 
+requests_table = Table(
+    "bridge_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", String(64), nullable=False, index=True),
+    Column("kind", String(40), nullable=False),
+    Column("requested_by", String(255), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+)
+
+events_table = Table(
+    "bridge_events",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("body", Text, nullable=False),
+)
+
 sessions_table = Table(
     "bridge_sessions",
     metadata,
@@ -107,10 +130,30 @@ class SentMessage:
     reply: str | None
 
 
+@dataclass(frozen=True)
+class Request:
+    """A request another replica left for the replica that runs a task (a cancel)."""
+
+    task_id: str
+    kind: str
+    requested_by: str
+
+
 class Ledger(Protocol):
+    shared: bool
+    """True where several server processes may share the database (PostgreSQL)."""
+
     async def start_session(self, now: datetime) -> int: ...
+    async def session_alive(self, session: int) -> bool: ...
+    async def close(self) -> None: ...
     async def get(self, task_id: str) -> TaskRecord | None: ...
     async def put(self, record: TaskRecord) -> None: ...
+    async def put_if(self, record: TaskRecord, expected: Claim) -> bool: ...
+    async def add_request(self, request: Request, at: datetime) -> None: ...
+    async def take_requests(self, task_ids: list[str]) -> list[Request]: ...
+    async def append_event(self, task_id: str, seq: int, body: str) -> None: ...
+    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]: ...
+    async def expired_claims(self, now: datetime) -> list[TaskRecord]: ...
     async def add_claim_event(self, task_id: str, generation: int, operation: str, state: str, evidence: dict[str, Any], at: datetime) -> None: ...
     async def claim_events(self, task_id: str) -> list[dict[str, Any]]: ...
     async def claimed_before(self, session: int) -> list[TaskRecord]: ...
@@ -177,11 +220,13 @@ def _record(row: Any) -> TaskRecord:
 
 
 class SqlLedger:
-    """The ledger in the same database as the tasks (SQLite or PostgreSQL)."""
+    """The ledger in the same database as the tasks: SQLite (one process) or PostgreSQL (shared by replicas)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self.shared = engine.dialect.name == "postgresql"
         self._ready = False
+        self._session_lock: AsyncConnection | None = None
 
     async def _init(self) -> None:
         if not self._ready:
@@ -190,10 +235,33 @@ class SqlLedger:
             self._ready = True
 
     async def start_session(self, now: datetime) -> int:
+        """A new session generation; on PostgreSQL the process holds an advisory lock on it while it lives."""
         await self._init()
         async with self.engine.begin() as conn:
             result = await conn.execute(insert(sessions_table).values(started_at=now))
-            return int(result.inserted_primary_key[0])
+            session = int(result.inserted_primary_key[0])
+        if self.shared:
+            self._session_lock = await self.engine.connect()
+            await self._session_lock.execute(text("SELECT pg_advisory_lock(:ns, :id)"), {"ns": SESSION_LOCKS, "id": session})
+            await self._session_lock.commit()
+        return session
+
+    async def session_alive(self, session: int) -> bool:
+        """Whether the process of a session still runs: on SQLite only one process uses the file, so none other does."""
+        if not self.shared:
+            return False
+        async with self.engine.connect() as conn:
+            params = {"ns": SESSION_LOCKS, "id": session}
+            taken = (await conn.execute(text("SELECT pg_try_advisory_lock(:ns, :id)"), params)).scalar_one()
+            if taken:
+                await conn.execute(text("SELECT pg_advisory_unlock(:ns, :id)"), params)
+            await conn.commit()
+        return not taken
+
+    async def close(self) -> None:
+        if self._session_lock is not None:
+            await self._session_lock.close()
+            self._session_lock = None
 
     async def get(self, task_id: str) -> TaskRecord | None:
         await self._init()
@@ -210,6 +278,66 @@ class SqlLedger:
             )
             if updated.rowcount == 0:
                 await conn.execute(insert(records_table).values(**values))
+
+    async def put_if(self, record: TaskRecord, expected: Claim) -> bool:
+        """Store the record only if its claim is still `expected` (generation and state): one replica wins."""
+        await self._init()
+        table = records_table
+        async with self.engine.begin() as conn:
+            updated = await conn.execute(
+                update(table)
+                .where(
+                    and_(
+                        table.c.task_id == record.task_id,
+                        table.c.claim_generation == expected.claim_generation,
+                        table.c.claim_state == expected.state,
+                    )
+                )
+                .values(**_row_values(record))
+            )
+            return updated.rowcount == 1
+
+    async def add_request(self, request: Request, at: datetime) -> None:
+        await self._init()
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(requests_table).values(
+                    task_id=request.task_id, kind=request.kind, requested_by=request.requested_by, at=at
+                )
+            )
+
+    async def take_requests(self, task_ids: list[str]) -> list[Request]:
+        """Remove and return the requests left for these tasks."""
+        if not task_ids:
+            return []
+        await self._init()
+        table = requests_table
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)).with_for_update())).all()
+            if rows:
+                await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
+        return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
+
+    async def append_event(self, task_id: str, seq: int, body: str) -> None:
+        await self._init()
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(events_table).values(task_id=task_id, seq=seq, body=body))
+
+    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
+        await self._init()
+        table = events_table
+        query = select(table.c.seq, table.c.body).where(and_(table.c.task_id == task_id, table.c.seq > seq))
+        async with self.engine.connect() as conn:
+            return [(r.seq, r.body) for r in (await conn.execute(query.order_by(table.c.seq))).all()]
+
+    async def expired_claims(self, now: datetime) -> list[TaskRecord]:
+        await self._init()
+        table = records_table
+        query = select(table).where(
+            and_(table.c.claim_state.in_(("claimed", "cancel_requested")), table.c.lease_until < now)
+        )
+        async with self.engine.connect() as conn:
+            return [_record(r) for r in (await conn.execute(query)).all()]
 
     async def add_claim_event(
         self, task_id: str, generation: int, operation: str, state: str, evidence: dict[str, Any], at: datetime
@@ -283,6 +411,8 @@ class SqlLedger:
 class MemoryLedger:
     """The ledger for `--store memory`: the same contract, in dictionaries."""
 
+    shared = False
+
     def __init__(self) -> None:
         self._records: dict[str, TaskRecord] = {}
         self._events: dict[str, list[dict[str, Any]]] = {}
@@ -292,6 +422,40 @@ class MemoryLedger:
     async def start_session(self, now: datetime) -> int:
         self._sessions += 1
         return self._sessions
+
+    async def session_alive(self, session: int) -> bool:
+        return False
+
+    async def close(self) -> None:
+        return None
+
+    async def put_if(self, record: TaskRecord, expected: Claim) -> bool:
+        current = self._records.get(record.task_id)
+        if current is None or (current.claim.claim_generation, current.claim.state) != (
+            expected.claim_generation,
+            expected.state,
+        ):
+            return False
+        await self.put(record)
+        return True
+
+    async def add_request(self, request: Request, at: datetime) -> None:
+        raise NotImplementedError("a memory store is never shared by replicas")
+
+    async def take_requests(self, task_ids: list[str]) -> list[Request]:
+        return []
+
+    async def append_event(self, task_id: str, seq: int, body: str) -> None:
+        raise NotImplementedError("a memory store is never shared by replicas")
+
+    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
+        return []
+
+    async def expired_claims(self, now: datetime) -> list[TaskRecord]:
+        return [
+            r for r in self._records.values()
+            if r.claim.state in ("claimed", "cancel_requested") and r.claim.lease_until is not None and r.claim.lease_until < now
+        ]
 
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._records.get(task_id)

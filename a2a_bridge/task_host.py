@@ -18,19 +18,21 @@ from a2a.types import (
     Part,
     Role,
     SendMessageRequest,
+    StreamResponse,
     Task,
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import A2AError
-from google.protobuf.json_format import ParseDict
+from a2a.utils.proto_utils import to_stream_response
+from google.protobuf.json_format import MessageToJson, Parse, ParseDict
 
 from a2a_bridge import claims, errors
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.clock import Clock
-from a2a_bridge.ledger import Ledger, TaskRecord
+from a2a_bridge.ledger import Ledger, Request, TaskRecord
 from a2a_bridge.push import PushDispatcher
 from a2a_bridge.states import is_interrupted, is_terminal, row_for, state_name
 from a2a_bridge.task_events import Event, add_user_input, apply_event, new_task, set_status, stamp_ids
@@ -46,6 +48,10 @@ RECONCILE_TEXT = (
 )
 CANCEL_TURN = 0
 """The turn of the events an agent reports from cancel(): it speaks for the current claim."""
+REPLICA_POLL = 0.1
+"""Seconds between rereads of the shared database while waiting on another replica."""
+MAX_QUEUE_WAIT = 3600.0
+"""The longest a queued turn waits for another replica's turn to end."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,8 @@ class LiveTask:
     fenced: set[int] = field(default_factory=set)
     canceling: asyncio.Event | None = None
     users: int = 0
+    claim_log: list[tuple[int, str, str, dict[str, Any], datetime]] = field(default_factory=list)
+    """Claim events posted but not yet stored; they are written with the record."""
 
     @property
     def owner(self) -> ServerCallContext:
@@ -205,13 +213,16 @@ class TaskHost:
         self._background: set[asyncio.Future[Any]] = set()
         self._changes: dict[str, asyncio.Event] = {}
         self._deadlines: dict[str, datetime] = {}
+        self._tails: dict[Listener, asyncio.Future[None]] = {}
 
     async def start(self, session: int) -> None:
         """Take this process's session generation, recover claims of older sessions, and watch idle deadlines."""
         self.session = session
         for record in await self.ledger.claimed_before(session):
-            if record.agent == self.agent:
+            if record.agent == self.agent and not await self.ledger.session_alive(record.claim.session_generation):
                 await self._recover(record)
+        if self.ledger.shared:
+            self._spawn(self._watch_replicas())
         if self.settings.idle_lifespan is not None:
             for record in await self.ledger.idle_deadlines():
                 if record.agent == self.agent and record.idle_expires_at is not None:
@@ -226,14 +237,14 @@ class TaskHost:
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The freshest copy of a task that the caller may see."""
         live = self._live.get(task_id)
-        if live is not None:
+        if live is not None and (live.running is not None or not self.ledger.shared):
             return snapshot(live.task) if live.record.owner == context.user.user_name else None
         return await self.store.get(task_id, context)
 
     async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
         """The task and its record, if the caller owns it."""
         live = self._live.get(task_id)
-        if live is not None:
+        if live is not None and (live.running is not None or not self.ledger.shared):
             if live.record.owner != context.user.user_name:
                 return None
             return snapshot(live.task), replace(live.record)
@@ -312,8 +323,31 @@ class TaskHost:
         )
         updated = claims.apply(claim, op, now, self.settings.lease)
         live.record.claim = updated
-        await self.ledger.add_claim_event(live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now)
+        live.claim_log.append((updated.claim_generation, op.operation, updated.state, evidence, now))
         return updated
+
+    async def _flush_claim_log(self, live: LiveTask) -> None:
+        posted, live.claim_log = live.claim_log, []
+        for generation, operation, state, evidence, at in posted:
+            await self.ledger.add_claim_event(live.task.id, generation, operation, state, evidence, at)
+
+    async def _commit_at_rest(self, live: LiveTask, expected: Claim) -> bool:
+        """Store a claim change made while no turn runs, only if no other replica changed the claim first."""
+        async with live.save_lock:
+            if not await self.ledger.put_if(live.record, expected):
+                live.claim_log.clear()
+                return False
+            await self._flush_claim_log(live)
+            return True
+
+    async def _refresh(self, live: LiveTask) -> None:
+        """Reread a task that no turn of this process runs: another replica may have changed it."""
+        if not self.ledger.shared or live.running is not None:
+            return
+        record = await self.ledger.get(live.task.id)
+        task = await self.store.get(live.task.id, live.owner)
+        if record is not None and task is not None:
+            live.record, live.task = record, task
 
     async def _save(self, live: LiveTask) -> None:
         """Store the task and its record under a new revision; a canceled turn does not interrupt the write."""
@@ -335,6 +369,7 @@ class TaskHost:
                 self._deadlines.pop(record.task_id, None)
             await self.store.save(live.task, live.owner)
             await self.ledger.put(record)
+            await self._flush_claim_log(live)
         change = self._changes.pop(live.task.id, None)
         if change is not None:
             change.set()
@@ -343,6 +378,7 @@ class TaskHost:
         """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
         async with live.save_lock:
             await self.ledger.put(live.record)
+            await self._flush_claim_log(live)
 
     def _publish(self, live: LiveTask, turn: int | None, item: FeedItem) -> None:
         """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""
@@ -395,6 +431,8 @@ class TaskHost:
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         await self._save(live)
+        if self.ledger.shared:
+            await self.ledger.append_event(live.task.id, live.record.revision, MessageToJson(to_stream_response(event)))
         self._publish(live, turn, event)
         if self.push is not None and not isinstance(event, Message):
             self.push.notify(live.task.id, event)
@@ -464,12 +502,36 @@ class TaskHost:
             await self._finish_turn(queue.live, queue.turn)
             self._release(queue.live)
 
+    def _held_elsewhere(self, claim: Claim) -> bool:
+        """Whether another replica's live turn holds the claim."""
+        return (
+            self.ledger.shared
+            and claim.state in (claims.CLAIMED, claims.CANCEL_REQUESTED)
+            and claim.session_generation != self.session
+            and claim.lease_until is not None
+            and claim.lease_until > self.clock.now()
+        )
+
     async def _start_turn(self, live: LiveTask, evidence: dict[str, Any], operation: str = "resume") -> int:
-        """Claim the task for a new turn (a new generation); returns it."""
-        if live.record.claim.state == claims.CLAIMED:
-            await self._post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
-        claim = await self._post(live, Op(operation, session=self.session, local_operation_stopped=True), evidence)
-        return claim.claim_generation
+        """Claim the task for a new turn (a new generation), queued behind a turn another replica runs; returns it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MAX_QUEUE_WAIT
+        while True:
+            await self._refresh(live)
+            expected = live.record.claim
+            if is_terminal(live.task.status.state):
+                raise ClaimError("terminal", "the task has ended")
+            if self._held_elsewhere(expected):
+                if loop.time() > deadline:
+                    raise ClaimError("busy", "another replica's turn still holds the task")
+                await asyncio.sleep(REPLICA_POLL)
+                continue
+            if expected.state == claims.CLAIMED:
+                await self._post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
+            claim = await self._post(live, Op(operation, session=self.session, local_operation_stopped=True), evidence)
+            if await self._commit_at_rest(live, expected):
+                return claim.claim_generation
+            live.record.claim = expected
 
     async def _follow_up(
         self, live: LiveTask, request: SendMessageRequest, context: ServerCallContext, listener: Listener
@@ -478,13 +540,12 @@ class TaskHost:
             async with live.turn_lock:
                 if live.canceling is not None:
                     await live.canceling.wait()
-                if is_terminal(live.task.status.state):
-                    listener.queue.put_nowait(Refused(errors.task_is_terminal(live.task)))
-                    return
                 try:
                     turn = await self._start_turn(live, {"message_id": request.message.message_id})
                 except ClaimError as refused:
-                    listener.queue.put_nowait(Refused(errors.claim_refused(live.task, refused)))
+                    ended = is_terminal(live.task.status.state)
+                    error = errors.task_is_terminal(live.task) if ended else errors.claim_refused(live.task, refused)
+                    listener.queue.put_nowait(Refused(error))
                     return
                 listener.turn = turn
                 live.listeners.append(listener)
@@ -506,8 +567,6 @@ class TaskHost:
         live = await self._acquire(task_id, context)
         try:
             async with live.turn_lock:
-                if is_terminal(live.task.status.state):
-                    return
                 try:
                     turn = await self._start_turn(live, {"signal": signal or "continue"}, operation)
                 except ClaimError as refused:
@@ -618,8 +677,11 @@ class TaskHost:
         try:
             if live.canceling is not None:
                 await live.canceling.wait()
+            await self._refresh(live)
             if is_terminal(live.task.status.state):
                 raise errors.task_not_cancelable(live.task)
+            if live.running is None and self._held_elsewhere(live.record.claim):
+                return await self._cancel_elsewhere(live, context)
             if live.record.claim.state == claims.NEEDS_RECONCILIATION:
                 await self._post(live, Op("request_cancel"), {"requested_by": context.user.user_name or ANONYMOUS})
                 await self._put_record(live)
@@ -648,11 +710,49 @@ class TaskHost:
         finally:
             self._release(live)
 
+    async def _cancel_elsewhere(self, live: LiveTask, context: ServerCallContext) -> Task:
+        """Leave a cancel request for the replica that runs the task, and answer once it has ended the task."""
+        request = Request(live.task.id, "cancel", context.user.user_name or ANONYMOUS)
+        await self.ledger.add_request(request, self.clock.now())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.lease.total_seconds()
+        while loop.time() < deadline:
+            task = await self.store.get(live.task.id, live.owner)
+            if task is not None and is_terminal(task.status.state):
+                return task
+            await asyncio.sleep(REPLICA_POLL)
+        await self._refresh(live)
+        return snapshot(live.task)
+
+    async def _watch_replicas(self) -> None:
+        """Shared database only: take cancel requests for turns running here, and recover claims whose lease ran out."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time()
+        while True:
+            running = {task_id: live for task_id, live in self._live.items() if live.running is not None}
+            for request in await self.ledger.take_requests(list(running)):
+                live = running.get(request.task_id)
+                if live is not None and request.kind == "cancel":
+                    self._spawn(self.cancel(request.task_id, live.owner))
+            if loop.time() >= next_sweep:
+                for record in await self.ledger.expired_claims(self.clock.now()):
+                    if record.agent == self.agent and record.task_id not in running:
+                        await self._recover(record)
+                next_sweep = loop.time() + self.settings.lease.total_seconds() / 3
+            await asyncio.sleep(REPLICA_POLL)
+
     async def _recover(self, record: TaskRecord) -> None:
         """A claim left by a process that stopped: fence it, then continue, cancel, or wait for an operator."""
         live = await self._acquire(record.task_id, owner_context(record.owner))
         try:
-            await self._post(live, Op("invalidate"), {"reason": "session_fenced", "session": record.claim.session_generation})
+            await self._refresh(live)
+            expected = live.record.claim
+            if expected != record.claim:
+                return
+            await self._post(live, Op("invalidate"), {"reason": "claim_lost", "session": record.claim.session_generation})
+            if not await self._commit_at_rest(live, expected):
+                live.record.claim = expected
+                return
             if live.record.claim.cancellation_requested:
                 await self._post(
                     live, Op("reconcile_cancelled", local_operation_stopped=True), {"reason": "the process running it stopped"}
@@ -725,18 +825,36 @@ class TaskHost:
             self._release(live)
 
     async def subscribe(self, task_id: str, context: ServerCallContext) -> tuple[Task, Listener]:
-        """A snapshot and a listener on every later event of a task that has not ended; pair with unsubscribe."""
+        """A snapshot and a listener on every later event of a task that has not ended; pair with unsubscribe.
+
+        On a shared database the listener follows the task's event log, whichever replica runs its turns."""
         live = await self._acquire(task_id, context)
-        if is_terminal(live.task.status.state):
+        try:
+            await self._refresh(live)
+            if is_terminal(live.task.status.state):
+                raise errors.task_is_terminal(live.task)
+            listener = Listener()
+            if self.ledger.shared:
+                self._tails[listener] = asyncio.ensure_future(self._tail(task_id, live.record.revision, listener))
+            else:
+                live.listeners.append(listener)
+            return snapshot(live.task), listener
+        finally:
             self._release(live)
-            raise errors.task_is_terminal(live.task)
-        listener = Listener()
-        live.listeners.append(listener)
-        self._release(live)
-        return snapshot(live.task), listener
+
+    async def _tail(self, task_id: str, seq: int, listener: Listener) -> None:
+        """Feed a listener from the task's event log in the shared database."""
+        while True:
+            for seq, body in await self.ledger.events_after(task_id, seq):
+                update = Parse(body, StreamResponse())
+                listener.queue.put_nowait(getattr(update, update.WhichOneof("payload") or "task"))
+            await asyncio.sleep(REPLICA_POLL)
 
     def unsubscribe(self, task_id: str, listener: Listener) -> None:
         """Stop feeding a listener (a stream ended or its client went away)."""
+        tail = self._tails.pop(listener, None)
+        if tail is not None:
+            tail.cancel()
         live = self._live.get(task_id)
         if live is None:
             return
