@@ -28,7 +28,7 @@ from a2a_bridge.store import StoreConfig, Stores
 from agents.base import Emitter
 from tests.stock_sdk import card as stock_card
 from tests.stock_sdk import open_task
-from tests.support import rpc, serve_in_thread, user_message, wait_for
+from tests.support import rpc, rpc_stream, serve_in_thread, user_message, wait_for
 
 REPETITIONS = 20
 TURN_SECONDS = 0.4
@@ -240,3 +240,18 @@ def test_stock_sdk_replicas(pg_database: str, scenario: object) -> None:
     executions = Executions()
     with stock_replicas(pg_database, executions) as (a, b):
         scenario(a, b, executions)  # type: ignore[operator]
+
+
+def test_get_and_subscribe_from_the_other_replica(pg_database: str) -> None:
+    """A turn running on A is visible through GetTask on B, and SubscribeToTask on B streams it to its end."""
+    executions = Executions()
+    with bridge_replicas(pg_database, executions) as (a, b):
+        task_id = start_task(a, "watched")
+        wait_for(lambda: state_of(b, task_id) == "TASK_STATE_WORKING", what="B to see A's turn")
+        frames = rpc_stream(b, "SubscribeToTask", {"id": task_id})
+        results = [frame["result"] for frame in frames]
+        assert results[0]["task"]["id"] == task_id
+        last = results[-1]["statusUpdate"]["status"]
+        assert last["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert last["message"]["parts"][0]["text"] == "echo: watched"
+        assert [span[2] for span in executions.of(task_id)] == ["A"]
