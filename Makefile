@@ -21,5 +21,8 @@ run: $(STAMP) ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000
 test: $(STAMP) ## run the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+bench: $(STAMP) ## print req/s of a 304 Task Status poll against GetTask on the same task (BENCH_ARGS=--help)
+	$(BIN)/python -m bench.status_poll $(BENCH_ARGS)
+
 clean: ## remove the virtualenv, caches and the default database
 	rm -rf $(VENV) build .pytest_cache a2a-bridge.db *.egg-info

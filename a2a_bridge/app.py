@@ -136,6 +136,7 @@ class Bridge:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        await self.stores.initialize()
         session = await self.ledger.start_session(self.clock.now())
         for agent in self.agents.values():
             await agent.host.start(session)

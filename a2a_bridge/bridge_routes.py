@@ -23,6 +23,8 @@ from a2a_bridge.task_status import ActionRequest, action_requests, status_object
 MAX_WAIT = 60.0
 CROSS_PROCESS_POLL = 0.5
 """How often a waiting request rereads the ledger, for changes made by another replica."""
+KEEPALIVE = 15.0
+"""Seconds a quiet status stream waits before it sends a comment line to keep the connection open."""
 OUTCOMES = ("completed", "cancelled", "continue", "uncertain")
 APPROVED = "approved"
 
@@ -135,13 +137,13 @@ class BridgeEndpoints:
             return not_found(task_id)
         body, record = view
         seen = request.headers.get("if-none-match")
-        if wait > 0 and (seen is None or seen == etag(record)):
+        if wait > 0 and (seen is None or matches(seen, etag(record))):
             await self._changed(task_id, context, record.revision, wait)
             view = await self._view(task_id, context)
             if view is None:
                 return not_found(task_id)
             body, record = view
-        if seen == etag(record):
+        if matches(seen, etag(record)):
             return Response(status_code=304, headers={"ETag": etag(record)})
         return JSONResponse(body, headers={"ETag": etag(record)})
 
@@ -155,12 +157,17 @@ class BridgeEndpoints:
 
         async def frames() -> AsyncIterator[str]:
             current: tuple[dict[str, Any], TaskRecord] | None = view
+            sent: int | None = None
             while current is not None:
                 body, record = current
-                yield f"id: {record.revision}\ndata: {json.dumps(body)}\n\n"
+                if record.revision == sent:
+                    yield ": keepalive\n\n"
+                else:
+                    yield f"id: {record.revision}\ndata: {json.dumps(body)}\n\n"
+                    sent = record.revision
                 if body["status"]["phase"] == "terminal":
                     return
-                await self._changed(task_id, context, record.revision, MAX_WAIT)
+                await self._changed(task_id, context, record.revision, KEEPALIVE)
                 current = await self._view(task_id, context)
 
         return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -246,7 +253,9 @@ class BridgeEndpoints:
             return not_found(task_id)
         task, record = found
         pending = [
-            r for r in action_requests(task) if r.actor == "user" and r.action == route.action and may_act(caller, r, record)
+            r
+            for r in action_requests(task)
+            if r.actor == "user" and r.action == route.action and may_act(caller, r, record)
         ]
         if not pending:
             return not_found(task_id)
@@ -268,3 +277,11 @@ class BridgeEndpoints:
 
 def etag(record: TaskRecord) -> str:
     return f'"{record.revision}"'
+
+
+def matches(if_none_match: str | None, tag: str) -> bool:
+    """Whether an If-None-Match header names this ETag: `*`, or one of its comma-separated tags, weak or strong."""
+    if if_none_match is None:
+        return False
+    tags = {candidate.strip().removeprefix("W/") for candidate in if_none_match.split(",")}
+    return "*" in tags or tag in tags

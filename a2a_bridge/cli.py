@@ -9,14 +9,17 @@ from pathlib import Path
 
 import uvicorn
 
+from a2a_bridge import planner
 from a2a_bridge.app import Bridge
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.task_host import HostSettings
+from capture import recorder, replay
 
 DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"
-KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243}
+KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243, "conformance": 9999}
+"""Each agent's own port under --kit-ports: the kit's three, and the TCK's default SUT port for conformance."""
 
 
 def user_token(text: str) -> tuple[str, Principal]:
@@ -28,6 +31,8 @@ def user_token(text: str) -> tuple[str, Principal]:
 
 
 def parser() -> argparse.ArgumentParser:
+    from agents.catalog import AGENT_NAMES
+
     root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
     commands = root.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve test-runner, code-reviewer and deployer")
@@ -44,19 +49,26 @@ def parser() -> argparse.ArgumentParser:
         "--user-token", action="append", default=[], type=user_token, metavar="TOKEN=NAME",
         help="bearer token of a named user principal, recognised by every agent (repeatable)",
     )
+    serve.add_argument(
+        "--agent", action="append", dest="agents", choices=AGENT_NAMES, metavar="NAME",
+        help=f"serve this agent (repeatable; one of {', '.join(AGENT_NAMES)}); default: the three sample agents",
+    )
     serve.add_argument("--log-level", default="info")
+    replay.register(commands)
+    recorder.register(commands)
+    planner.register(commands)
     return root
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from agents.catalog import sample_agents
+    from agents.catalog import SAMPLE_AGENTS, served_agents
 
     settings = HostSettings(
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
     )
     bridge = Bridge(
-        sample_agents(args.pace, deploy_ledger=args.deploy_ledger),
+        served_agents(args.agents or SAMPLE_AGENTS, args.pace, deploy_ledger=args.deploy_ledger),
         Stores(StoreConfig.parse(args.store)),
         SystemClock(),
         lambda: str(uuid.uuid4()),
@@ -68,6 +80,7 @@ async def serve(args: argparse.Namespace) -> None:
         configs += [
             uvicorn.Config(bridge.kit_app(name), host=args.host, port=port, log_level=args.log_level, lifespan="off")
             for name, port in KIT_PORTS.items()
+            if name in bridge.agents
         ]
     await asyncio.gather(*(uvicorn.Server(config).serve() for config in configs))
 
@@ -77,3 +90,5 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.command == "serve":
         asyncio.run(serve(args))
+    elif hasattr(args, "run"):
+        raise SystemExit(args.run(args))

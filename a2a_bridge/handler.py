@@ -30,6 +30,7 @@ from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsE
 from a2a.utils.task import apply_history_length
 
 from a2a_bridge import errors
+from a2a_bridge.idempotency import Retries
 from a2a_bridge.task_host import (
     Listener,
     Refused,
@@ -64,6 +65,7 @@ class BridgeRequestHandler(RequestHandler):
         self.extended_card = extended_card
         self.interfaces = interfaces
         self.host = host
+        self.retries = Retries(host)
 
     def _check_message(self, params: SendMessageRequest) -> None:
         message = params.message
@@ -94,7 +96,7 @@ class BridgeRequestHandler(RequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         self._check_message(params)
         listener = Listener(snapshots=True)
-        task_id = await self.host.send(params, context, listener)
+        task_id = await self.retries.send(params, context, listener)
         immediate = params.configuration.return_immediately
         try:
             while True:
@@ -117,7 +119,7 @@ class BridgeRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         self._check_message(params)
         listener = Listener()
-        task_id = await self.host.send(params, context, listener)
+        task_id = await self.retries.send(params, context, listener)
         try:
             async for event in _stream(listener):
                 yield event

@@ -58,6 +58,7 @@ class Stores:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.engine: AsyncEngine | None = None
+        self._tables: list[DatabaseTaskStore | DatabasePushNotificationConfigStore] = []
         if config.url is not None:
             kwargs = {"connect_args": {"timeout": 30}} if config.url.startswith("sqlite") else {}
             self.engine = create_async_engine(config.url, **kwargs)
@@ -71,7 +72,14 @@ class Stores:
         task_store.task_model = task_model
         push_store = DatabasePushNotificationConfigStore(self.engine)
         push_store.config_model = config_model
+        self._tables += [task_store, push_store]
         return task_store, push_store
+
+    async def initialize(self) -> None:
+        """Create every agent's tables before the first request: the SDK's stores create them on first use, and two
+        first uses at once (a turn saving its task while a ListTasks runs) both tried to create the same table."""
+        for store in self._tables:
+            await store.initialize()
 
     def ledger(self) -> Ledger:
         """The bridge's own tables, in the same database as the tasks."""

@@ -157,6 +157,9 @@ class TurnQueue(EventQueue):
             assert self.pending is not None
             if isinstance(event, Message):
                 self.replied = True
+                if self.host.on_reply is not None:
+                    sent = self.pending.task.history[0]
+                    await self.host.on_reply(self.pending.owner.user.user_name, sent.message_id, event)
                 self.pending.listener.queue.put_nowait(event)
                 self.pending.listener.queue.put_nowait(TurnEnded(None))
                 return
@@ -214,6 +217,10 @@ class TaskHost:
         self._changes: dict[str, asyncio.Event] = {}
         self._deadlines: dict[str, datetime] = {}
         self._tails: dict[Listener, asyncio.Future[None]] = {}
+        self.sending: dict[tuple[str, str], asyncio.Future[Any]] = {}
+        """The turn job of each message this process is sending, by (owner, messageId), until the turn ends."""
+        self.on_reply: Callable[[str, str, Message], Coroutine[Any, Any, None]] | None = None
+        """Called with (owner, messageId, reply) when an agent answers a message directly, before the caller sees it."""
 
     async def start(self, session: int) -> None:
         """Take this process's session generation, recover claims of older sessions, and watch idle deadlines."""
@@ -438,16 +445,19 @@ class TaskHost:
             self.push.notify(live.task.id, event)
         return True
 
-    async def send(self, request: SendMessageRequest, context: ServerCallContext, listener: Listener) -> str:
-        """Start or queue the turn for a message; the listener receives that turn's events. Returns the task id."""
+    async def send(
+        self, request: SendMessageRequest, context: ServerCallContext, listener: Listener, new_task_id: str | None = None
+    ) -> str:
+        """Start or queue the turn for a message; the listener receives that turn's events. Returns the task id
+        (`new_task_id` when the message creates a task and the caller chose its id)."""
         message = request.message
         if not message.task_id:
-            task_id = self.new_id()
+            task_id = new_task_id or self.new_id()
             context_id = message.context_id or self.new_id()
             message.task_id, message.context_id = task_id, context_id
             pending = Pending(new_task(task_id, context_id, message, self.clock.now()), context, listener)
             listener.turn = 1
-            self._spawn(self._first_turn(pending, request))
+            self._track(context, message.message_id, self._spawn(self._first_turn(pending, request)))
             return task_id
         live = await self._acquire(message.task_id, context)
         try:
@@ -461,13 +471,39 @@ class TaskHost:
         except A2AError:
             self._release(live)
             raise
-        self._spawn(self._follow_up(live, request, context, listener))
+        self._track(context, message.message_id, self._spawn(self._follow_up(live, request, context, listener)))
         return live.task.id
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
         job = asyncio.ensure_future(coroutine)
         self._background.add(job)
         job.add_done_callback(self._background.discard)
+        return job
+
+    def _track(self, context: ServerCallContext, message_id: str, job: asyncio.Future[Any]) -> None:
+        """Keep a message's turn job in `sending` until it ends."""
+        key = (context.user.user_name, message_id)
+        self.sending[key] = job
+
+        def ended(_: asyncio.Future[Any]) -> None:
+            if self.sending.get(key) is job:
+                del self.sending[key]
+
+        job.add_done_callback(ended)
+
+    def follow(self, task_id: str, context: ServerCallContext, message_id: str, listener: Listener) -> bool:
+        """Feed a listener the running turn of a task's latest user message, from a snapshot on; False if no such
+        turn runs in this process."""
+        live = self._live.get(task_id)
+        if live is None or live.record.owner != context.user.user_name or live.running_turn is None:
+            return False
+        latest = last_user_message(live.task)
+        if live.record.signal is not None or latest is None or latest.message_id != message_id:
+            return False
+        listener.turn = live.running_turn
+        listener.queue.put_nowait(snapshot(live.task))
+        live.listeners.append(listener)
+        return True
 
     def _context(self, context: ServerCallContext, request: SendMessageRequest, live: LiveTask, signal: str | None) -> BridgeRequestContext:
         turn = live.record.claim.claim_generation
@@ -563,12 +599,14 @@ class TaskHost:
         """Start, in the background, a turn that is not a user message (an operator's approval)."""
         self._spawn(self._resume(task_id, context, signal, "resume"))
 
-    async def _resume(self, task_id: str, context: ServerCallContext, signal: str | None, operation: str) -> None:
+    async def _resume(
+        self, task_id: str, context: ServerCallContext, signal: str | None, operation: str, evidence: dict[str, Any] | None = None
+    ) -> None:
         live = await self._acquire(task_id, context)
         try:
             async with live.turn_lock:
                 try:
-                    turn = await self._start_turn(live, {"signal": signal or "continue"}, operation)
+                    turn = await self._start_turn(live, evidence or {"signal": signal or "continue"}, operation)
                 except ClaimError as refused:
                     log.warning("could not resume task %s: %s", task_id, refused.detail)
                     return
@@ -777,9 +815,9 @@ class TaskHost:
         try:
             operation = f"reconcile_{outcome}"
             if outcome == "continue":
-                if live.record.claim.state != claims.NEEDS_RECONCILIATION:
-                    raise ClaimError("invalid_transition", f"reconcile is not allowed from {live.record.claim.state}")
-                self._spawn(self._resume(task_id, live.owner, live.record.signal, operation))
+                check = Op(operation, session=self.session, evidence=evidence, local_operation_stopped=True)
+                claims.apply(live.record.claim, check, self.clock.now(), self.settings.lease)
+                self._spawn(self._resume(task_id, live.owner, live.record.signal, operation, evidence))
                 return replace(live.record)
             await self._post(live, Op(operation, local_operation_stopped=True), evidence)
             note = str(evidence.get("note") or "no note")
@@ -815,12 +853,16 @@ class TaskHost:
         live = await self._acquire(task_id, owner_context(record.owner))
         try:
             deadline = live.record.idle_expires_at
-            if deadline is None or deadline > self.clock.now() or live.running is not None:
+            if deadline is None or deadline > self.clock.now():
                 return
-            lifespan = int(self.settings.idle_lifespan.total_seconds()) if self.settings.idle_lifespan else 0
-            text = f"Canceled after {lifespan} seconds without input: the task's inactivity lifespan ran out."
-            canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, text, self.new_id())
-            await self.apply(live, None, status_event_for(live.task, canceled))
+            if live.running is not None or live.turn_lock.locked():
+                self._deadlines.setdefault(task_id, deadline)  # input is starting a turn; look again at the next sweep
+                return
+            async with live.turn_lock:
+                lifespan = self.settings.idle_lifespan.total_seconds() if self.settings.idle_lifespan else 0
+                text = f"Canceled after {lifespan:g} seconds without input: the task's inactivity lifespan ran out."
+                canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, text, self.new_id())
+                await self.apply(live, None, status_event_for(live.task, canceled))
         finally:
             self._release(live)
 

@@ -1,15 +1,18 @@
 """The three sample agents as the bridge serves them, with the kit's demo token and signing key."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from a2a_bridge.app import AgentSpec
 from a2a_bridge.auth import Principal
-from agents import code_reviewer, deployer, test_runner
+from a2a_bridge.bridge_routes import AUTHORIZE, REVIEW
+from agents import code_reviewer, conformance, deployer, test_runner
 
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
 DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"
+SAMPLE_AGENTS = ("test-runner", "code-reviewer", "deployer")
+AGENT_NAMES = (*SAMPLE_AGENTS, "conformance")
 
 
 def ledger_writer(path: Path | None) -> Callable[[str, str], None]:
@@ -26,7 +29,9 @@ def ledger_writer(path: Path | None) -> Callable[[str, str], None]:
 def sample_agents(pace: float = 0.25, new_id: Callable[[], str] | None = None, deploy_ledger: Path | None = None) -> list[AgentSpec]:
     return [
         AgentSpec("test-runner", test_runner.card(), test_runner.TestRunner(pace, new_id=new_id)),
-        AgentSpec("code-reviewer", code_reviewer.card(), code_reviewer.CodeReviewer(pace, new_id=new_id)),
+        AgentSpec(
+            "code-reviewer", code_reviewer.card(), code_reviewer.CodeReviewer(pace, new_id=new_id), actions=(REVIEW,)
+        ),
         AgentSpec(
             "deployer",
             deployer.card(),
@@ -35,5 +40,17 @@ def sample_agents(pace: float = 0.25, new_id: Callable[[], str] | None = None, d
             tokens={DEPLOYER_TOKEN: Principal("deployer-client")},
             signing_key=DEPLOYER_SIGNING_KEY,
             approvals=True,
+            actions=(AUTHORIZE,),
         ),
     ]
+
+
+def served_agents(
+    names: Iterable[str], pace: float = 0.25, new_id: Callable[[], str] | None = None, deploy_ledger: Path | None = None
+) -> list[AgentSpec]:
+    """The named agents, each once, in the order named: the sample agents and the TCK's conformance agent."""
+    specs = {spec.name: spec for spec in sample_agents(pace, new_id, deploy_ledger)}
+    specs["conformance"] = AgentSpec(
+        "conformance", conformance.card(), conformance.Conformance(conformance.streaming_timeout(), new_id=new_id)
+    )
+    return [specs[name] for name in dict.fromkeys(names)]

@@ -1,4 +1,5 @@
-"""code-reviewer: reviews a unified diff against a base branch, asking for the branch when it is not named."""
+"""code-reviewer: reviews a unified diff against a base branch, asking for the branch when it is not named, and
+asking a user before posting the findings when the request says so."""
 
 import re
 
@@ -16,7 +17,8 @@ from a2a.types import (
     TaskState,
 )
 
-from agents.base import KitAgent, data_part, user_texts
+from a2a_bridge.task_status import WHO_MUST_ACT
+from agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
 
 DIFF_TYPE = "text/x-diff"
 ANSWER = (
@@ -24,6 +26,11 @@ ANSWER = (
     "Send the diff as a text/x-diff part and name the base branch."
 )
 ASK_BASE = "Which base branch should I compare this diff against?"
+REVIEW_GATE = re.compile(r"\bask\s+([\w.@-]+)\s+before\s+posting\b", re.IGNORECASE)
+"""'ask me before posting' (the responsible user) or 'ask NAME before posting' (another user)."""
+POST_QUESTION = "Post these findings to the pull request?"
+DECIDED = "review:"
+"""The prefix of the signal that resumes a task with the reviewer's decision: review:post or review:discard."""
 
 KNOWN_FINDINGS = [
     {
@@ -42,7 +49,7 @@ def card() -> AgentCard:
         description="Reviews a unified diff against a base branch and returns findings with file and line.",
         provider=AgentProvider(url="https://review.example.com", organization="Developer Tools"),
         version="0.9.4",
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=True, extensions=[who_must_act_extension()]),
         default_input_modes=["text/plain", DIFF_TYPE],
         default_output_modes=["text/plain", "application/json"],
         skills=[
@@ -102,6 +109,23 @@ def findings_for(diff: str) -> list[dict[str, object]]:
     ]
 
 
+def reviewer_asked(texts: list[str]) -> str | None:
+    """Who must decide whether the findings are posted ("me" or a name), or None when the findings need no decision."""
+    for text in reversed(texts):
+        match = REVIEW_GATE.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
+def review_request(reviewer: str) -> dict[str, str]:
+    """The who-must-act entry of the review step; "me" is the task's responsible user, so it names nobody."""
+    request = {"actor": "user", "action": "review"}
+    if reviewer.lower() != "me":
+        request["user"] = reviewer
+    return request
+
+
 def last_question(task: Task | None) -> str | None:
     """The agent's text just before the user's latest message: the question that message answers."""
     if task is None:
@@ -121,6 +145,10 @@ class CodeReviewer(KitAgent):
         out = self.emitter(event_queue, context)
         task = context.current_task
         diff = find_diff(task, context.message)
+        signal = getattr(context, "signal", None) or ""
+        if signal.startswith(DECIDED) and diff is not None:
+            await self._decided(out, len(findings_for(diff)), signal.removeprefix(DECIDED))
+            return
         if diff is None and task is None:
             await event_queue.enqueue_event(
                 Message(
@@ -153,4 +181,23 @@ class CodeReviewer(KitAgent):
             name="review.json",
             last_chunk=True,
         )
+        reviewer = reviewer_asked(texts)
+        if reviewer is not None:
+            base_url = context.call_context.state.get("base_url", "") if context.call_context else ""
+            await out.status(
+                TaskState.TASK_STATE_AUTH_REQUIRED,
+                f"{POST_QUESTION} Answer post or discard at {base_url}/tasks/{out.task_id}/review",
+                {WHO_MUST_ACT: review_request(reviewer)},
+            )
+            return
         await out.status(TaskState.TASK_STATE_COMPLETED, f"{len(findings)} {noun}")
+
+    async def _decided(self, out: Emitter, count: int, decision: str) -> None:
+        """Post the findings or keep them off the pull request, as the reviewer decided."""
+        noun = "finding" if count == 1 else "findings"
+        if decision != "post":
+            await out.status(TaskState.TASK_STATE_COMPLETED, f"{count} {noun}, not posted to the pull request")
+            return
+        await out.status(TaskState.TASK_STATE_WORKING, f"Posting {count} {noun} to the pull request")
+        await self.step()
+        await out.status(TaskState.TASK_STATE_COMPLETED, f"{count} {noun} posted to the pull request")

@@ -13,7 +13,7 @@ from a2a.types import (
     TaskState,
 )
 
-from agents.base import Emitter, KitAgent, data_part, user_texts
+from agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
 
 MISSING_COMMIT = "deadbee"
 
@@ -54,7 +54,7 @@ def card() -> AgentCard:
         description="Checks out a commit, runs its test suite in a clean container, and streams the log.",
         provider=AgentProvider(url="https://ci.example.com", organization="Platform Team"),
         version="2.3.0",
-        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True, extensions=[who_must_act_extension()]),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[

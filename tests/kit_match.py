@@ -1,25 +1,23 @@
-"""Structural comparison of live JSON with the capture kit's recorded JSON.
+"""The kit tests' strict comparison: every difference fails except the named allowances a test passes.
 
-Recorded ids (UUIDs, page tokens) are bound to the live ids the server issued, one to one and consistently across
-a transcript; recorded ISO timestamps match any ISO timestamp; every other value must be equal, after the kit's
-base URLs and bound ids inside strings are rewritten to their live form. The few deliberate differences between
-our server and the kit are tolerated only where a caller passes the named `Allowance` for them.
+The comparison itself (ids bound one to one, timestamps as timestamps) is the product's, `capture.compare`; here it
+runs strictly (key order and number form count), and each `Allowance` names one deliberate difference between our
+server and the kit, with the reason it is acceptable.
 """
 
 import base64
 import json
-import re
-from collections.abc import Collection, Mapping
-from datetime import datetime
+from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any
 
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
+from a2a_bridge.task_status import WHO_MUST_ACT
+from capture.compare import Difference, Ids, compare, path_segments
+
+__all__ = ["Allowance", "Ids", "match", "tolerated"]
+
 PROTO_DEFAULTS: tuple[object, ...] = ("", [], {})
 """What protobuf's JSON mapping prints for a string, repeated or map field left at its default."""
-OPAQUE_FIELDS = frozenset({"nextPageToken"})
-"""Fields whose recorded value is an opaque server-issued token: bound like an id, never compared."""
 
 
 class Allowance(Enum):
@@ -56,144 +54,94 @@ class Allowance(Enum):
         "The card signature covers the card's interface URLs, which are the live server's, so its value differs; "
         "the protected header is the same JSON with keys in PyJWT's order. Tests verify the live signature instead."
     )
-
-
-class Ids:
-    """Recorded ids bound to live ones, one to one, plus the kit's base URLs mapped to the live ones."""
-
-    def __init__(self, urls: Mapping[str, str]) -> None:
-        self.urls = dict(urls)
-        self.live: dict[str, str] = {}
-        self._recorded: dict[str, str] = {}
-
-    def bind(self, recorded: str, live: Any, where: str) -> None:
-        """Bind a recorded id to the live id at the same place, or check it matches its earlier binding."""
-        assert isinstance(live, str) and live, f"{where}: expected an id for recorded {recorded}, got {live!r}"
-        bound = self.live.get(recorded)
-        if bound is not None:
-            assert bound == live, f"{where}: recorded {recorded} is live {bound} elsewhere, here {live!r}"
-            return
-        other = self._recorded.get(live)
-        assert other is None, f"{where}: live {live} already stands for recorded {other}, here for {recorded}"
-        self.live[recorded] = live
-        self._recorded[live] = recorded
-
-    def __getitem__(self, recorded: str) -> str:
-        return self.live[recorded]
-
-    def translate(self, text: str) -> str:
-        """The recorded text with the kit's base URLs and every bound id replaced by its live form."""
-        for kit, live in sorted(self.urls.items(), key=lambda item: -len(item[0])):
-            text = text.replace(kit, live)
-        for recorded, live in sorted(self.live.items(), key=lambda item: -len(item[0])):
-            text = text.replace(recorded, live)
-        return text
-
-
-def is_iso_time(value: object) -> bool:
-    if not isinstance(value, str) or not ISO_TIME.match(value):
-        return False
-    try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
-
-
-def match(recorded: Any, live: Any, ids: Ids, allow: Collection[Allowance] = (), where: str = "$") -> None:
-    """Assert that `live` has the structure and values of `recorded`, binding ids; failures name the JSON path."""
-    if isinstance(recorded, dict):
-        if Allowance.EMPTY_RESULT_NULL in allow and recorded == {} and live is None and where.endswith(".result"):
-            return
-        assert isinstance(live, dict), f"{where}: expected an object, got {live!r}"
-        _match_object(recorded, live, ids, allow, where)
-    elif isinstance(recorded, list):
-        assert isinstance(live, list), f"{where}: expected a list, got {live!r}"
-        if Allowance.INVALID_PARAMS_ERROR_INFO in allow:
-            live = _without_invalid_params_info(recorded, live, where)
-        assert len(live) == len(recorded), f"{where}: expected {len(recorded)} items, got {len(live)}: {live!r}"
-        for index, (want, got) in enumerate(zip(recorded, live, strict=True)):
-            match(want, got, ids, allow, f"{where}[{index}]")
-    elif isinstance(recorded, bool) or recorded is None:
-        assert live is recorded, f"{where}: expected {recorded!r}, got {live!r}"
-    elif isinstance(recorded, int | float):
-        _match_number(recorded, live, allow, where)
-    elif isinstance(recorded, str):
-        _match_string(recorded, live, ids, allow, where)
-    else:
-        raise TypeError(f"{where}: not a JSON value: {recorded!r}")
-
-
-def _match_object(
-    recorded: dict[str, Any], live: dict[str, Any], ids: Ids, allow: Collection[Allowance], where: str
-) -> None:
-    extra = [key for key in live if key not in recorded]
-    if Allowance.EMPTY_METADATA in allow and "metadata" in extra and live["metadata"] == {}:
-        extra.remove("metadata")
-    if Allowance.PRINTED_DEFAULTS in allow:
-        extra = [key for key in extra if live[key] not in PROTO_DEFAULTS]
-    if Allowance.EMPTY_STRING_LIST in allow and recorded == {"list": []} and live == {}:
-        return
-    missing = [key for key in recorded if key not in live]
-    assert not missing and not extra, f"{where}: missing keys {missing}, unexpected keys {extra} in {live!r}"
-    if Allowance.KEY_ORDER not in allow:
-        shared = [key for key in live if key in recorded]
-        assert shared == list(recorded), f"{where}: keys in order {shared}, the kit has {list(recorded)}"
-    for key, want in recorded.items():
-        path = f"{where}.{key}"
-        if Allowance.CARD_SIGNATURE in allow and where.endswith("]") and ".signatures[" in where:
-            _match_signature_field(key, want, live[key], path)
-        elif key in OPAQUE_FIELDS and isinstance(want, str) and want:
-            ids.bind(want, live[key], path)
-        else:
-            match(want, live[key], ids, allow, path)
-
-
-def _match_number(recorded: int | float, live: Any, allow: Collection[Allowance], where: str) -> None:
-    assert isinstance(live, int | float) and not isinstance(live, bool), f"{where}: expected {recorded!r}, got {live!r}"
-    if type(live) is not type(recorded):
-        integral = isinstance(recorded, int) and isinstance(live, float) and live.is_integer()
-        assert Allowance.INTEGRAL_FLOATS in allow and integral, f"{where}: expected {recorded!r}, got {live!r}"
-    assert live == recorded, f"{where}: expected {recorded!r}, got {live!r}"
-
-
-def _match_string(recorded: str, live: Any, ids: Ids, allow: Collection[Allowance], where: str) -> None:
-    assert isinstance(live, str), f"{where}: expected a string like {recorded!r}, got {live!r}"
-    if UUID.fullmatch(recorded):
-        ids.bind(recorded, live, where)
-    elif ISO_TIME.match(recorded):
-        assert is_iso_time(live), f"{where}: expected an ISO timestamp, got {live!r}"
-    else:
-        expected = ids.translate(recorded)
-        assert live == expected, f"{where}: expected {expected!r}, got {live!r}"
-
-
-def _match_signature_field(key: str, recorded: Any, live: Any, where: str) -> None:
-    if key == "protected":
-        assert _jose_header(live) == _jose_header(recorded), f"{where}: protected header {_jose_header(live)}"
-    else:
-        assert key == "signature" and isinstance(live, str) and live, f"{where}: unexpected signature field {live!r}"
+    WHO_MUST_ACT_EXTENSION = (
+        "Every card declares the bridge's optional who-must-act extension (docs/who-must-act.md) as its only "
+        "`capabilities.extensions` entry; the kit's cards declare none, and clients that do not know it ignore it."
+    )
+    WHO_MUST_ACT_METADATA = (
+        "An AUTH_REQUIRED status message says who must act under the who-must-act key of its `metadata`, which holds "
+        "nothing else (the deployer's staging deploy: an operator approves); the kit's message has no metadata."
+    )
 
 
 def _jose_header(encoded: str) -> Any:
     return json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
 
 
-def _without_invalid_params_info(recorded: list[Any], live: list[Any], where: str) -> list[Any]:
-    """Drop the SDK's INVALID_PARAMS ErrorInfo from error details, after checking it repeats the BadRequest."""
+def _last_key(difference: Difference) -> str:
+    return path_segments(difference.path)[-1]
+
+
+def _repeats_bad_request(difference: Difference) -> bool:
+    """An extra INVALID_PARAMS ErrorInfo whose metadata repeats the field violations of the recorded BadRequest."""
+    entry = difference.live
+    if difference.kind != "unexpected item" or difference.parent is None or not isinstance(entry, dict):
+        return False
+    if entry.get("reason") != "INVALID_PARAMS" or not str(entry.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+        return False
     violations = [
         {"field": v["field"], "message": v["description"]}
-        for entry in recorded
-        if isinstance(entry, dict) and entry.get("@type", "").endswith("google.rpc.BadRequest")
-        for v in entry.get("fieldViolations", [])
+        for recorded in difference.parent[0]
+        if isinstance(recorded, dict) and str(recorded.get("@type", "")).endswith("google.rpc.BadRequest")
+        for v in recorded.get("fieldViolations", [])
     ]
-    if not violations:
-        return live
-    kept = []
-    for entry in live:
-        if isinstance(entry, dict) and entry.get("reason") == "INVALID_PARAMS" and "@type" in entry:
-            assert entry["@type"].endswith("google.rpc.ErrorInfo"), f"{where}: {entry!r}"
-            assert entry.get("metadata", {}).get("errors") == violations, f"{where}: ErrorInfo {entry!r}"
-        else:
-            kept.append(entry)
-    return kept
+    return bool(violations) and entry.get("metadata", {}).get("errors") == violations
+
+
+def _declares_who_must_act(difference: Difference) -> bool:
+    """Card capabilities whose extra `extensions` is the optional who-must-act extension alone."""
+    extensions = difference.live
+    return (
+        difference.kind == "unexpected key"
+        and path_segments(difference.path)[-2:] == ["capabilities", "extensions"]
+        and isinstance(extensions, list)
+        and len(extensions) == 1
+        and extensions[0].get("uri") == WHO_MUST_ACT
+        and not extensions[0].get("required", False)
+    )
+
+
+def _says_who_must_act(difference: Difference) -> bool:
+    """A status message whose extra `metadata` holds the who-must-act key alone."""
+    return (
+        difference.kind == "unexpected key"
+        and path_segments(difference.path)[-3:] == ["status", "message", "metadata"]
+        and isinstance(difference.live, dict)
+        and list(difference.live) == [WHO_MUST_ACT]
+    )
+
+
+def _signature_field(difference: Difference) -> bool:
+    if ".signatures[" not in difference.path or difference.kind != "value":
+        return False
+    key = _last_key(difference)
+    if key == "protected":
+        return _jose_header(difference.live) == _jose_header(difference.recorded)
+    return key == "signature" and isinstance(difference.live, str) and bool(difference.live)
+
+
+TOLERATES: dict[Allowance, Callable[[Difference], bool]] = {
+    Allowance.KEY_ORDER: lambda d: d.kind == "key order",
+    Allowance.INTEGRAL_FLOATS: lambda d: d.kind == "number form" and isinstance(d.recorded, int),
+    Allowance.EMPTY_METADATA: lambda d: d.kind == "unexpected key" and _last_key(d) == "metadata" and d.live == {},
+    Allowance.EMPTY_STRING_LIST: lambda d: d.kind == "missing key" and d.parent == ({"list": []}, {}),
+    Allowance.INVALID_PARAMS_ERROR_INFO: _repeats_bad_request,
+    Allowance.PRINTED_DEFAULTS: lambda d: d.kind == "unexpected key" and d.live in PROTO_DEFAULTS,
+    Allowance.EMPTY_RESULT_NULL: lambda d: (
+        d.kind == "type" and d.recorded == {} and d.live is None and _last_key(d) == "result"
+    ),
+    Allowance.CARD_SIGNATURE: _signature_field,
+    Allowance.WHO_MUST_ACT_EXTENSION: _declares_who_must_act,
+    Allowance.WHO_MUST_ACT_METADATA: _says_who_must_act,
+}
+"""Which differences each allowance tolerates."""
+
+
+def tolerated(difference: Difference, allow: Collection[Allowance]) -> bool:
+    return any(TOLERATES[allowance](difference) for allowance in allow)
+
+
+def match(recorded: Any, live: Any, ids: Ids, allow: Collection[Allowance] = (), where: str = "$") -> None:
+    """Assert that `live` has the structure and values of `recorded`, binding ids; failures name the JSON path."""
+    left = [d for d in compare(recorded, live, ids, strict=True, path=where) if not tolerated(d, allow)]
+    assert not left, "; ".join(str(d) for d in left)

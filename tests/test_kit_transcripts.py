@@ -26,13 +26,15 @@ ORDER = Allowance.KEY_ORDER
 FLOATS = Allowance.INTEGRAL_FLOATS
 
 ALLOWANCES: dict[str, frozenset[Allowance]] = {
-    "01-agent-cards": frozenset({ORDER, Allowance.EMPTY_STRING_LIST, Allowance.CARD_SIGNATURE}),
+    "01-agent-cards": frozenset(
+        {ORDER, Allowance.EMPTY_STRING_LIST, Allowance.CARD_SIGNATURE, Allowance.WHO_MUST_ACT_EXTENSION}
+    ),
     "02-message-reply": frozenset({ORDER}),
     "03-blocking-task": frozenset({ORDER, FLOATS}),
     "04-polling": frozenset({ORDER, FLOATS}),
     "05-streaming": frozenset({ORDER, FLOATS}),
     "06-input-required": frozenset({ORDER, FLOATS}),
-    "07-auth-required": frozenset({ORDER}),
+    "07-auth-required": frozenset({ORDER, Allowance.WHO_MUST_ACT_METADATA}),
     "08-rejected": frozenset({ORDER}),
     "09-failed": frozenset({ORDER}),
     "10-cancel": frozenset({ORDER}),
@@ -42,7 +44,7 @@ ALLOWANCES: dict[str, frozenset[Allowance]] = {
     "14-resubscribe": frozenset({ORDER}),
     "15-push": frozenset({ORDER, FLOATS, Allowance.EMPTY_RESULT_NULL}),
     "16-rest-binding": frozenset({ORDER, FLOATS}),
-    "18-extended-card": frozenset({ORDER, Allowance.EMPTY_STRING_LIST}),
+    "18-extended-card": frozenset({ORDER, Allowance.EMPTY_STRING_LIST, Allowance.WHO_MUST_ACT_EXTENSION}),
 }
 """The only differences from the kit each transcript's comparison tolerates."""
 
@@ -160,8 +162,9 @@ def test_12_list_tasks_pages_and_filter(kit: Path, fresh_server: ServerProcess) 
     assert last["nextPageToken"] == "" and last["totalSize"] == 5
 
 
-def test_13_history_of_the_task_from_06(server: ServerProcess, kit: Path) -> None:
-    with replaying(server, kit, "13-history") as (session, script):
+def test_13_history_of_the_task_from_06(kit: Path, fresh_server: ServerProcess) -> None:
+    """On a bridge of its own: 06's messageIds are already sent to the shared one, and a resent messageId is a retry."""
+    with replaying(fresh_server, kit, "13-history") as (session, script):
         session.play(transcript(kit, "06-input-required"))
         session.play(script)
 

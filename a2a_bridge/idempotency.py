@@ -1,0 +1,119 @@
+"""Idempotent retries: a message a caller sends again (same messageId) is answered from what its first send produced
+(the same task, or the same direct reply) and never runs the agent a second time, also after a restart."""
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.types import Message, SendMessageRequest, Task
+from a2a.utils.errors import InvalidParamsError
+from google.protobuf.json_format import MessageToJson, Parse
+
+from a2a_bridge import errors
+from a2a_bridge.ledger import SentMessage
+from a2a_bridge.task_host import Listener, TaskHost, TurnEnded
+
+REPLAYED = -1
+"""The turn of a listener fed from what a message's first send left rather than from a running turn."""
+
+Key = tuple[str, str]
+"""(owner, messageId)"""
+
+
+def fingerprint(message: Message) -> str:
+    """A digest of a message as it was sent, its messageId aside: parts, role, taskId, contextId, metadata and the rest."""
+    content = Message()
+    content.CopyFrom(message)
+    content.ClearField("message_id")
+    return hashlib.sha256(content.SerializeToString(deterministic=True)).hexdigest()
+
+
+def conflict(message_id: str) -> InvalidParamsError:
+    """-32602 naming message.messageId: the caller sent another message under a messageId it already used."""
+    return errors.invalid_field(
+        "message.messageId", f"messageId {message_id} was already sent with a different message; use a new messageId"
+    )
+
+
+def carries(task: Task, message: Message) -> bool:
+    """Whether the task holds the message: a first message always opens its task, a follow-up enters its history."""
+    return not message.task_id or any(entry.message_id == message.message_id for entry in task.history)
+
+
+class Retries:
+    """Sends each (caller, messageId) of one agent once; what a retry gets is the same task or reply."""
+
+    def __init__(self, host: TaskHost) -> None:
+        self.host = host
+        self._busy: dict[Key, asyncio.Event] = {}
+        host.on_reply = self._keep_reply
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, key: Key) -> AsyncIterator[None]:
+        """One decision at a time per message in this process: remember it, then send, replay or wait."""
+        while (busy := self._busy.get(key)) is not None:
+            await busy.wait()
+        done = self._busy[key] = asyncio.Event()
+        try:
+            yield
+        finally:
+            del self._busy[key]
+            done.set()
+
+    async def send(self, request: SendMessageRequest, context: ServerCallContext, listener: Listener) -> str:
+        """TaskHost.send for a message not sent before; for a retry, the listener gets what the first send produced
+        (the running turn when it still runs here). Returns the task id."""
+        message = request.message
+        key = (context.user.user_name, message.message_id)
+        digest = fingerprint(message)
+        task_id = message.task_id or self.host.new_id()
+        while True:
+            async with self._exclusive(key):
+                sent = await self.host.ledger.remember(self.host.agent, *key, SentMessage(digest, task_id, None))
+                if sent is None:
+                    return await self.host.send(request, context, listener, new_task_id=task_id)
+                if sent.fingerprint != digest:
+                    raise conflict(message.message_id)
+                answered = await self._answer(sent, request, context, listener)
+                if answered is not None:
+                    return answered
+                job = self.host.sending[key]
+            await self._wait(job, sent.task_id or "")
+
+    async def _answer(
+        self, sent: SentMessage, request: SendMessageRequest, context: ServerCallContext, listener: Listener
+    ) -> str | None:
+        """Feed the listener for a retry and return the task id; None while the first send's turn is not yet visible."""
+        message = request.message
+        if sent.reply is not None:
+            listener.turn = REPLAYED
+            listener.queue.put_nowait(Parse(sent.reply, Message()))
+            listener.queue.put_nowait(TurnEnded(None))
+            return sent.task_id or ""
+        task_id = sent.task_id or ""
+        if self.host.follow(task_id, context, message.message_id, listener):
+            return task_id
+        if (context.user.user_name, message.message_id) in self.host.sending:
+            return None
+        task = await self.host.get(task_id, context)
+        if task is None or not carries(task, message):
+            return await self.host.send(request, context, listener, new_task_id=None if message.task_id else task_id)
+        listener.turn = REPLAYED
+        listener.queue.put_nowait(task)
+        listener.queue.put_nowait(TurnEnded(task))
+        return task_id
+
+    async def _wait(self, job: asyncio.Future[Any], task_id: str) -> None:
+        """Until the first send's turn ends or its task changes."""
+        changed = asyncio.ensure_future(self.host.changed(task_id).wait())
+        try:
+            await asyncio.wait([job, changed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+
+    async def _keep_reply(self, owner: str, message_id: str, reply: Message) -> None:
+        """Store an agent's direct reply with the message it answers, before the caller sees it."""
+        await self.host.ledger.settle(self.host.agent, owner, message_id, None, MessageToJson(reply))

@@ -1,0 +1,169 @@
+"""`a2a-bridge replay`: the kit's transcripts and made-up ones against a fresh server, as a function and as the CLI."""
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capture.allowances import AllowError, load as load_allow
+from capture.compare import Difference, Ids, compare, path_matches
+from capture.replay import BlockResult, UsageError, parse_maps, replay
+from capture.transcript import load_all
+from tests.support import ServerProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+BRIDGE_ALLOW = ROOT / "capture" / "allow" / "bridge.toml"
+KIT_AGENTS = {"localhost:41241": "test-runner", "localhost:41242": "code-reviewer", "localhost:41243": "deployer"}
+
+WRONG = """# Made up for this test: the recorded error message is not the one the server sends.
+
+### 1 · GetTask: an unknown id
+POST /a2a/jsonrpc HTTP/1.1
+Host: localhost:41241
+Content-Type: application/json
+A2A-Version: 1.0
+
+{"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": "00000000-0000-4000-8000-0000000000be"}}
+
+HTTP/1.1 200 OK
+Content-Type: application/json
+
+{"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "No such task, recorded wrongly"}}
+"""
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server of its own: the kit's 12 lists exactly the tasks that 03–10 created before it."""
+    process = ServerProcess("memory").start()
+    yield process
+    process.stop()
+
+
+def maps_for(server: ServerProcess) -> dict[str, str]:
+    return {host: server.agent(agent) for host, agent in KIT_AGENTS.items()}
+
+
+def map_args(server: ServerProcess) -> list[str]:
+    return [arg for host, base in maps_for(server).items() for arg in ("--map", f"{host}={base}")]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "a2a_bridge", "replay", *args],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def failures(results: list[BlockResult]) -> list[str]:
+    return [f"{r.name}: {d}" for r in results for d in r.failures]
+
+
+def test_the_whole_kit_passes_every_block(kit: Path, fresh_server: ServerProcess) -> None:
+    files = sorted(kit.glob("*.http"))
+    results = replay(files, maps_for(fresh_server), load_allow(BRIDGE_ALLOW))
+    assert not failures(results)
+    assert len(results) == sum(len(script.blocks) for script in load_all(kit))
+    allowed = {(r.file, r.label) for r in results if r.allowed}
+    assert {("11-errors", "4"), ("15-push", "4"), ("12-list-tasks", "1")} <= allowed
+
+
+def test_the_cli_replays_the_kit_and_writes_junit(kit: Path, fresh_server: ServerProcess, tmp_path: Path) -> None:
+    report = tmp_path / "kit.xml"
+    files = [str(path) for path in sorted(kit.glob("*.http"))]
+    done = run_cli(*files, *map_args(fresh_server), "--allow", str(BRIDGE_ALLOW), "--junit", str(report))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 failed" in done.stdout and "allowed differences" in done.stdout
+    suites = ET.parse(report).getroot()
+    assert suites.get("failures") == "0"
+    assert int(suites.get("tests", "0")) == sum(len(script.blocks) for script in load_all(kit))
+    assert "12-list-tasks" in {suite.get("name") for suite in suites.iter("testsuite")}
+
+
+def test_a_wrong_transcript_fails_with_a_readable_diff(fresh_server: ServerProcess, tmp_path: Path) -> None:
+    wrong = tmp_path / "90-wrong.http"
+    wrong.write_text(WRONG, encoding="utf-8")
+    report = tmp_path / "wrong.xml"
+
+    results = replay([wrong], maps_for(fresh_server))
+    [result] = results
+    paths = {d.path: d for d in result.failures}
+    assert paths["$.error.message"].recorded == "No such task, recorded wrongly"
+    assert paths["$.error.message"].live == "Task not found"
+    assert "$.error.data" in paths and paths["$.error.data"].kind == "unexpected key"
+
+    done = run_cli(str(wrong), *map_args(fresh_server), "--junit", str(report))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL 90-wrong #1 · GetTask: an unknown id" in done.stdout
+    assert "$.error.message" in done.stdout
+    assert "recorded: No such task, recorded wrongly" in done.stdout and "live:     Task not found" in done.stdout
+    assert "0 passed, 1 failed" in done.stdout
+    failure = ET.parse(report).getroot().find("testsuite/testcase/failure")
+    assert failure is not None and "$.error.message" in (failure.text or "")
+
+
+def test_allowed_differences_are_reported_apart(fresh_server: ServerProcess, tmp_path: Path) -> None:
+    wrong = tmp_path / "90-wrong.http"
+    wrong.write_text(WRONG, encoding="utf-8")
+    allow = tmp_path / "allow.toml"
+    allow.write_text(
+        '[[allow]]\nfile = "90-*"\nblock = 1\npath = "$.error.message"\nreason = "worded differently on purpose"\n\n'
+        '[[allow]]\nfile = "*"\nblock = "*"\npath = "$.error.data"\nkind = "unexpected key"\nreason = "details added"\n',
+        encoding="utf-8",
+    )
+    [result] = replay([wrong], maps_for(fresh_server), load_allow(allow))
+    assert result.passed
+    assert {(d.path, entry.reason) for d, entry in result.allowed} == {
+        ("$.error.message", "worded differently on purpose"),
+        ("$.error.data", "details added"),
+    }
+    done = run_cli(str(wrong), *map_args(fresh_server), "--allow", str(allow))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "allowed differences" in done.stdout and "worded differently on purpose" in done.stdout
+    assert "1 passed, 0 failed (2 allowed differences)" in done.stdout
+
+
+def test_a_host_without_a_mapping_is_explained(tmp_path: Path) -> None:
+    wrong = tmp_path / "90-wrong.http"
+    wrong.write_text(WRONG, encoding="utf-8")
+    with pytest.raises(UsageError, match="--map localhost:41241="):
+        replay([wrong], {})
+    done = run_cli(str(wrong))
+    assert done.returncode == 2 and "no --map for localhost:41241" in done.stdout
+    with pytest.raises(UsageError):
+        parse_maps(["localhost:41241"])
+
+
+def test_allow_files_need_a_reason(tmp_path: Path) -> None:
+    allow = tmp_path / "allow.toml"
+    allow.write_text('[[allow]]\nfile = "*"\nblock = "*"\npath = "$.x"\nreason = ""\n', encoding="utf-8")
+    with pytest.raises(AllowError, match="reason"):
+        load_allow(allow)
+    assert load_allow(BRIDGE_ALLOW).entries
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("$.error.data[*].metadata", "$.error.data[0].metadata", True),
+        ("$.error.data[*].metadata", "$.error.data[0].reason", False),
+        ("$[*].result.**", "$[3].result.statusUpdate.status", True),
+        ("$.result.tasks[*].**", "$.result.tasks", False),
+        ("headers.WWW-Authenticate", "headers.WWW-Authenticate", True),
+        ('$.metadata["a.b"]', '$.metadata["a.b"]', True),
+    ],
+)
+def test_path_patterns(pattern: str, path: str, matches: bool) -> None:
+    assert path_matches(pattern, path) is matches
+
+
+def test_numbers_compare_by_value_and_lists_align() -> None:
+    ids = Ids()
+    assert compare({"n": 11, "b": [1, 2]}, {"b": [1, 2], "n": 11.0}, ids) == []
+    [extra] = compare([{"a": 1}], [{"x": 0}, {"a": 1}], ids)
+    assert (extra.path, extra.kind) == ("$[0]", "unexpected item")
+    [missing] = compare([1, 2, 3], [1, 3], ids)
+    assert missing == Difference("$[1]", "missing item", "missing item 2", 2, None, ([1, 2, 3], [1, 3]))
