@@ -44,6 +44,9 @@ class AgentSpec:
     approvals: bool = False
     actions: tuple[ActionRoute, ...] = ()
     """The who-must-act requests its users answer through the bridge (POST /tasks/{id}/{path})."""
+    retries: bool = True
+    """Whether a messageId a caller sends again is a retry of that message (idempotent); off only where a client
+    reuses messageIds by design."""
 
 
 @dataclass
@@ -131,7 +134,7 @@ class Bridge:
                 new_id,
                 replace(base, repeat_safe=getattr(spec.executor, "repeat_safe", True)),
             )
-            handler = BridgeRequestHandler(spec.card, host, spec.extended_card, interfaces)
+            handler = BridgeRequestHandler(spec.card, host, spec.extended_card, interfaces, spec.retries)
             self.agents[spec.name] = ServedAgent(spec, host, handler, {**(principals or {}), **(spec.tokens or {})})
 
     @contextlib.asynccontextmanager

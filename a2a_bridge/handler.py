@@ -60,12 +60,14 @@ class BridgeRequestHandler(RequestHandler):
         host: TaskHost,
         extended_card: AgentCard | None = None,
         interfaces: Callable[[str], list[AgentInterface]] | None = None,
+        retries: bool = True,
     ) -> None:
         self.card = card
         self.extended_card = extended_card
         self.interfaces = interfaces
         self.host = host
-        self.retries = Retries(host)
+        self.send = Retries(host).send if retries else host.send
+        """Starts a message's turn: through the retry guard unless the agent turns retries off."""
 
     def _check_message(self, params: SendMessageRequest) -> None:
         message = params.message
@@ -96,7 +98,7 @@ class BridgeRequestHandler(RequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         self._check_message(params)
         listener = Listener(snapshots=True)
-        task_id = await self.retries.send(params, context, listener)
+        task_id = await self.send(params, context, listener)
         immediate = params.configuration.return_immediately
         try:
             while True:
@@ -119,7 +121,7 @@ class BridgeRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         self._check_message(params)
         listener = Listener()
-        task_id = await self.retries.send(params, context, listener)
+        task_id = await self.send(params, context, listener)
         try:
             async for event in _stream(listener):
                 yield event

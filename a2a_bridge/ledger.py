@@ -23,7 +23,11 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabaseTaskStore, TaskStore
+from a2a.types import Task
 
 from a2a_bridge.claims import Claim
 from a2a_bridge.task_status import Notification
@@ -131,6 +135,28 @@ class SentMessage:
 
 
 @dataclass(frozen=True)
+class ClaimEvent:
+    """One claim operation posted for a task, with its evidence."""
+
+    task_id: str
+    claim_generation: int
+    operation: str
+    state: str
+    evidence: dict[str, Any]
+    at: datetime
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "claim_generation": self.claim_generation,
+            "operation": self.operation,
+            "state": self.state,
+            "evidence": self.evidence,
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True)
 class Request:
     """A request another replica left for the replica that runs a task (a cancel)."""
 
@@ -147,14 +173,14 @@ class Ledger(Protocol):
     async def session_alive(self, session: int) -> bool: ...
     async def close(self) -> None: ...
     async def get(self, task_id: str) -> TaskRecord | None: ...
-    async def put(self, record: TaskRecord) -> None: ...
-    async def put_if(self, record: TaskRecord, expected: Claim) -> bool: ...
+    async def save(self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent]) -> None: ...
+    async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None: ...
+    async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool: ...
     async def add_request(self, request: Request, at: datetime) -> None: ...
     async def take_requests(self, task_ids: list[str]) -> list[Request]: ...
     async def append_event(self, task_id: str, seq: int, body: str) -> None: ...
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]: ...
     async def expired_claims(self, now: datetime) -> list[TaskRecord]: ...
-    async def add_claim_event(self, task_id: str, generation: int, operation: str, state: str, evidence: dict[str, Any], at: datetime) -> None: ...
     async def claim_events(self, task_id: str) -> list[dict[str, Any]]: ...
     async def claimed_before(self, session: int) -> list[TaskRecord]: ...
     async def idle_deadlines(self) -> list[TaskRecord]: ...
@@ -269,17 +295,34 @@ class SqlLedger:
             row = (await conn.execute(select(records_table).where(records_table.c.task_id == task_id))).first()
         return _record(row) if row is not None else None
 
-    async def put(self, record: TaskRecord) -> None:
-        await self._init()
+    async def _upsert(self, conn: AsyncConnection | AsyncSession, record: TaskRecord, events: list[ClaimEvent]) -> None:
         values = _row_values(record)
-        async with self.engine.begin() as conn:
-            updated = await conn.execute(
-                update(records_table).where(records_table.c.task_id == record.task_id).values(**values)
-            )
-            if updated.rowcount == 0:
-                await conn.execute(insert(records_table).values(**values))
+        updated = await conn.execute(update(records_table).where(records_table.c.task_id == record.task_id).values(**values))
+        if updated.rowcount == 0:
+            await conn.execute(insert(records_table).values(**values))
+        if events:
+            await conn.execute(insert(claim_events_table), [event.row() for event in events])
 
-    async def put_if(self, record: TaskRecord, expected: Claim) -> bool:
+    async def save(
+        self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent]
+    ) -> None:
+        """Store the SDK task, its record and the claim events it posted in one transaction."""
+        await self._init()
+        if not isinstance(store, DatabaseTaskStore):
+            await store.save(task, context)
+            await self.put(record, events)
+            return
+        owner = store.owner_resolver(context)
+        async with store.async_session_maker.begin() as session:
+            await session.merge(store._to_orm(task, owner))  # noqa: SLF001 - the one place the two writes share a transaction
+            await self._upsert(session, record, events)
+
+    async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
+        await self._init()
+        async with self.engine.begin() as conn:
+            await self._upsert(conn, record, events)
+
+    async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         """Store the record only if its claim is still `expected` (generation and state): one replica wins."""
         await self._init()
         table = records_table
@@ -295,7 +338,11 @@ class SqlLedger:
                 )
                 .values(**_row_values(record))
             )
-            return updated.rowcount == 1
+            if updated.rowcount != 1:
+                return False
+            if events:
+                await conn.execute(insert(claim_events_table), [event.row() for event in events])
+            return True
 
     async def add_request(self, request: Request, at: datetime) -> None:
         await self._init()
@@ -338,17 +385,6 @@ class SqlLedger:
         )
         async with self.engine.connect() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
-
-    async def add_claim_event(
-        self, task_id: str, generation: int, operation: str, state: str, evidence: dict[str, Any], at: datetime
-    ) -> None:
-        await self._init()
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                insert(claim_events_table).values(
-                    task_id=task_id, claim_generation=generation, operation=operation, state=state, evidence=evidence, at=at
-                )
-            )
 
     async def claim_events(self, task_id: str) -> list[dict[str, Any]]:
         await self._init()
@@ -429,14 +465,20 @@ class MemoryLedger:
     async def close(self) -> None:
         return None
 
-    async def put_if(self, record: TaskRecord, expected: Claim) -> bool:
+    async def save(
+        self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent]
+    ) -> None:
+        await store.save(task, context)
+        await self.put(record, events)
+
+    async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         current = self._records.get(record.task_id)
         if current is None or (current.claim.claim_generation, current.claim.state) != (
             expected.claim_generation,
             expected.state,
         ):
             return False
-        await self.put(record)
+        await self.put(record, events)
         return True
 
     async def add_request(self, request: Request, at: datetime) -> None:
@@ -461,15 +503,12 @@ class MemoryLedger:
         record = self._records.get(task_id)
         return replace(record, notifications=list(record.notifications)) if record is not None else None
 
-    async def put(self, record: TaskRecord) -> None:
+    async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         self._records[record.task_id] = replace(record, notifications=list(record.notifications))
-
-    async def add_claim_event(
-        self, task_id: str, generation: int, operation: str, state: str, evidence: dict[str, Any], at: datetime
-    ) -> None:
-        self._events.setdefault(task_id, []).append(
-            {"claim_generation": generation, "operation": operation, "state": state, "evidence": evidence, "at": at}
-        )
+        for event in events:
+            row = event.row()
+            del row["task_id"]
+            self._events.setdefault(event.task_id, []).append(row)
 
     async def claim_events(self, task_id: str) -> list[dict[str, Any]]:
         return list(self._events.get(task_id, []))

@@ -32,7 +32,7 @@ from a2a_bridge import claims, errors
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.clock import Clock
-from a2a_bridge.ledger import Ledger, Request, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Ledger, Request, TaskRecord
 from a2a_bridge.push import PushDispatcher
 from a2a_bridge.states import is_interrupted, is_terminal, row_for, state_name
 from a2a_bridge.task_events import Event, add_user_input, apply_event, new_task, set_status, stamp_ids
@@ -124,7 +124,7 @@ class LiveTask:
     fenced: set[int] = field(default_factory=set)
     canceling: asyncio.Event | None = None
     users: int = 0
-    claim_log: list[tuple[int, str, str, dict[str, Any], datetime]] = field(default_factory=list)
+    claim_log: list[ClaimEvent] = field(default_factory=list)
     """Claim events posted but not yet stored; they are written with the record."""
 
     @property
@@ -330,22 +330,19 @@ class TaskHost:
         )
         updated = claims.apply(claim, op, now, self.settings.lease)
         live.record.claim = updated
-        live.claim_log.append((updated.claim_generation, op.operation, updated.state, evidence, now))
+        live.claim_log.append(ClaimEvent(live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now))
         return updated
 
-    async def _flush_claim_log(self, live: LiveTask) -> None:
+    @staticmethod
+    def _posted(live: LiveTask) -> list[ClaimEvent]:
+        """The claim events posted since the last write, handed to the write that stores them."""
         posted, live.claim_log = live.claim_log, []
-        for generation, operation, state, evidence, at in posted:
-            await self.ledger.add_claim_event(live.task.id, generation, operation, state, evidence, at)
+        return posted
 
     async def _commit_at_rest(self, live: LiveTask, expected: Claim) -> bool:
         """Store a claim change made while no turn runs, only if no other replica changed the claim first."""
         async with live.save_lock:
-            if not await self.ledger.put_if(live.record, expected):
-                live.claim_log.clear()
-                return False
-            await self._flush_claim_log(live)
-            return True
+            return await self.ledger.put_if(live.record, expected, self._posted(live))
 
     async def _refresh(self, live: LiveTask) -> None:
         """Reread a task that no turn of this process runs: another replica may have changed it."""
@@ -374,9 +371,7 @@ class TaskHost:
             else:
                 record.idle_expires_at = None
                 self._deadlines.pop(record.task_id, None)
-            await self.store.save(live.task, live.owner)
-            await self.ledger.put(record)
-            await self._flush_claim_log(live)
+            await self.ledger.save(self.store, live.task, live.owner, record, self._posted(live))
         change = self._changes.pop(live.task.id, None)
         if change is not None:
             change.set()
@@ -384,8 +379,7 @@ class TaskHost:
     async def _put_record(self, live: LiveTask) -> None:
         """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
         async with live.save_lock:
-            await self.ledger.put(live.record)
-            await self._flush_claim_log(live)
+            await self.ledger.put(live.record, self._posted(live))
 
     def _publish(self, live: LiveTask, turn: int | None, item: FeedItem) -> None:
         """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""

@@ -51,6 +51,9 @@ def served_agents(
     """The named agents, each once, in the order named: the sample agents and the TCK's conformance agent."""
     specs = {spec.name: spec for spec in sample_agents(pace, new_id, deploy_ledger)}
     specs["conformance"] = AgentSpec(
-        "conformance", conformance.card(), conformance.Conformance(conformance.streaming_timeout(), new_id=new_id)
+        "conformance",
+        conformance.card(),
+        conformance.Conformance(conformance.streaming_timeout(), new_id=new_id),
+        retries=False,
     )
     return [specs[name] for name in dict.fromkeys(names)]

@@ -266,3 +266,12 @@ def test_every_behaviour_is_tested_here() -> None:
         "tck-stream-artifact-file", "tck-stream-artifact-chunked", "test-resubscribe-message-id",
     }
     assert set(BEHAVIOURS) == tested
+
+
+def test_the_conformance_agent_runs_a_reused_message_id_again(sut: str) -> None:
+    """The TCK reuses messageIds by design: on the conformance agent each send starts its own task."""
+    message_id = f"tck-complete-task-{uuid.uuid4().hex[:8]}"
+    first = rpc(sut, "SendMessage", {"message": tck_message("tck-complete-task", "one") | {"messageId": message_id}})["result"]["task"]
+    second = rpc(sut, "SendMessage", {"message": tck_message("tck-complete-task", "two") | {"messageId": message_id}})["result"]["task"]
+    assert first["id"] != second["id"]
+    assert second["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -173,7 +173,8 @@ def stock_replicas(database: str, executions: Executions) -> Iterator[tuple[str,
         for replica in ("A", "B"):
             engine = create_async_engine(url)
             handler = DefaultRequestHandler(StockTurns(replica, executions), DatabaseTaskStore(engine), stock_card("turns"))
-            bases.append(stack.enter_context(serve_in_thread(Starlette(routes=create_jsonrpc_routes(handler, "/a2a/jsonrpc")))))
+            app = Starlette(routes=create_jsonrpc_routes(handler, "/a2a/jsonrpc"))
+            bases.append(stack.enter_context(serve_in_thread(app, must_stop=False)))
         yield bases[0], bases[1]
 
 
