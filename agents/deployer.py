@@ -27,6 +27,8 @@ from agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_e
 APPROVED = "approved"
 AUTHORIZED = "authorized:"
 """The prefix of the signal that resumes a preview deploy once the user connected a provider: authorized:PROVIDER."""
+ROLLOUT_WINDOW_SECONDS = 600
+"""The operation window a rollout opens on its claim: a deploy may take longer than one lease."""
 REFUSAL = "Production deploys are outside this agent's policy. Use the release train."
 OPERATOR_APPROVAL = {"actor": "operator", "action": "approve"}
 
@@ -138,11 +140,11 @@ class Deployer(KitAgent):
                 await self._ask_sign_in(out, sign_ins, base)
                 return
             await out.status(TaskState.TASK_STATE_WORKING, f"Signed in as you. Rolling out build {build} to preview")
-            await self._roll_out(out, build, "preview", f"https://preview.example.com/{build}")
+            await self._roll_out(out, build, "preview", f"https://preview.example.com/{build}", context)
             return
         if signal == APPROVED and build is not None:
             await out.status(TaskState.TASK_STATE_WORKING, "Approved by an operator. Rolling out to staging")
-            await self._roll_out(out, build, "staging", "https://staging.example.com")
+            await self._roll_out(out, build, "staging", "https://staging.example.com", context)
             return
         if any("production" in t.lower() for t in texts):
             await out.status(TaskState.TASK_STATE_REJECTED, REFUSAL)
@@ -168,7 +170,11 @@ class Deployer(KitAgent):
         text = sign_in_text(sign_ins, base, out.task_id)
         await out.status(TaskState.TASK_STATE_AUTH_REQUIRED, text, {WHO_MUST_ACT: sign_ins})
 
-    async def _roll_out(self, out: Emitter, build: str, environment: str, url: str) -> None:
+    async def _roll_out(self, out: Emitter, build: str, environment: str, url: str, context: RequestContext) -> None:
+        """Roll the build out under an operation window, the claim's lease for this long step."""
+        open_window = getattr(context, "open_window", None)
+        if open_window is not None:
+            await open_window("rollout", ROLLOUT_WINDOW_SECONDS)
         await self.step()
         self.record(out.task_id, build)
         await out.artifact(
