@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-fast
 
-.PHONY: help run test bench clean
+.PHONY: help run test bench bench-quick bench-setup clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +22,20 @@ run: $(STAMP) ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000
 test: $(STAMP) ## run the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) ## print req/s of a 304 Task Status poll against GetTask on the same task (BENCH_ARGS=--help)
-	$(BIN)/python -m bench.status_poll $(BENCH_ARGS)
+# The `fast` extra (uvloop, httptools) for the servers and the load client, and @a2a-js/sdk where npm is installed.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,fast]'
+	touch $(BENCH_STAMP)
+
+bench-setup: $(BENCH_STAMP)
+	@if command -v npm >/dev/null && [ ! -d interop/js/node_modules/@a2a-js/sdk ]; then \
+		npm ci --prefix interop/js --no-audit --no-fund --loglevel=error; fi
+
+bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~10-15 min)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min)
+	$(BIN)/python -m bench.run --quick --no-write $(BENCH_ARGS)
 
 clean: ## remove the virtualenv, caches and the default database
 	rm -rf $(VENV) build .pytest_cache a2a-bridge.db *.egg-info

@@ -1,5 +1,7 @@
 """a2a-bridge: an A2A 1.0 agent server on a2a-sdk that keeps every task accounted for."""
 
-import os
+import sys
 
-os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
+from a2a_bridge.observability import sdk_tracing_from_argv
+
+sdk_tracing_from_argv(sys.argv)

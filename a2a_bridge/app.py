@@ -13,15 +13,19 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
-from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, is_operator, public_base
+from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, public_base
 from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints
 from a2a_bridge.clock import Clock
+from a2a_bridge.config import SecurityConfig
+from a2a_bridge.console_app import console_app
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
+from a2a_bridge.limits import RequestLimits, StreamSlots
 from a2a_bridge.media_type import A2AJsonErrors
-from a2a_bridge.push import PushDispatcher, webhook_client
+from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
+from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
 from a2a_bridge.task_host import HostSettings, TaskHost
 
@@ -29,6 +33,7 @@ CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PATH = "/a2a/rest"
 TASKS_PATH = "/tasks/"
+APPROVE_PATH = "/approve/"
 
 
 @dataclass
@@ -40,6 +45,7 @@ class AgentSpec:
     executor: AgentExecutor
     extended_card: AgentCard | None = None
     tokens: dict[str, Principal] | None = None
+    """The agent's own demo tokens; an agent with tokens requires one (401 otherwise). Not used under require_auth."""
     signing_key: str | None = None
     approvals: bool = False
     actions: tuple[ActionRoute, ...] = ()
@@ -57,6 +63,9 @@ class ServedAgent:
     host: TaskHost
     handler: BridgeRequestHandler
     tokens: dict[str, Principal] = field(default_factory=dict)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    slots: StreamSlots = field(default_factory=lambda: StreamSlots(SecurityConfig().limits.max_streams))
+    """Streams open per principal, shared with the bridge's other agents."""
 
     def card_for(self, base: str) -> AgentCard:
         """The public card with interface URLs that work from the caller's side, signed when a key is set."""
@@ -78,7 +87,8 @@ class ServedAgent:
         async def card(request: Request) -> Response:
             return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, base_path))))
 
-        endpoints = BridgeEndpoints(self.host, builder.identity, is_operator)
+        open_approvals = not self.security.require_auth
+        endpoints = BridgeEndpoints(self.host, builder.identity, is_operator, open_approvals)
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
         # Before the REST routes: their catch-all /{tenant} mount would otherwise take these paths and answer 404.
         routes += endpoints.routes(self.spec.approvals, self.spec.actions)
@@ -86,10 +96,23 @@ class ServedAgent:
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
 
+    def principal_name(self, scope: Scope) -> str:
+        """The principal a request's bearer token names ('' for the anonymous principal)."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"}
+        token = bearer_token(headers)
+        principal = self.tokens.get(token) if token else None
+        return principal.name if principal is not None else ""
+
     def asgi(self, base_path: str) -> ASGIApp:
-        """The agent's routes, behind the bearer gate when the agent requires a token."""
-        app: ASGIApp = A2AJsonErrors(Starlette(routes=self.routes(base_path)), REST_PATH)
-        if self.spec.tokens is not None:
+        """The agent's routes behind the request limits, and behind the bearer gate when the agent requires a token
+        (every agent under require_auth, the approval link too)."""
+        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(base_path)), REST_PATH)
+        app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
+        app = A2AJsonErrors(app, REST_PATH)
+        if self.security.require_auth:
+            protected = (JSONRPC_PATH, REST_PATH, TASKS_PATH, APPROVE_PATH)
+            app = BearerGate(app, self.spec.name, self.tokens, protected=protected)
+        elif self.spec.tokens is not None:
             app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH, TASKS_PATH))
         return app
 
@@ -112,17 +135,24 @@ class Bridge:
         new_id: Callable[[], str],
         settings: HostSettings | None = None,
         principals: dict[str, Principal] | None = None,
+        security: SecurityConfig | None = None,
     ) -> None:
+        """`principals` add to those of `security`; under `security.require_auth` the agents' demo tokens are not
+        accepted."""
         self.stores = stores
         self.clock = clock
         self.ledger = stores.ledger()
-        self.webhooks = webhook_client()
+        self.security = security or SecurityConfig()
+        self.principals = {**self.security.principals, **(principals or {})}
+        self.slots = StreamSlots(self.security.limits.max_streams)
+        policy = WebhookPolicy(self.security.webhook_networks)
+        self.webhooks = webhook_client(policy)
         self.agents: dict[str, ServedAgent] = {}
         base = settings or HostSettings()
         for spec in specs:
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
-            push = PushDispatcher.over(self.webhooks, push_store) if push_enabled else None
+            push = PushDispatcher.over(self.webhooks, push_store, policy) if push_enabled else None
             host = TaskHost(
                 spec.name,
                 spec.executor,
@@ -134,8 +164,12 @@ class Bridge:
                 new_id,
                 replace(base, repeat_safe=getattr(spec.executor, "repeat_safe", True)),
             )
-            handler = BridgeRequestHandler(spec.card, host, spec.extended_card, interfaces, spec.retries)
-            self.agents[spec.name] = ServedAgent(spec, host, handler, {**(principals or {}), **(spec.tokens or {})})
+            handler = BridgeRequestHandler(
+                spec.card, host, spec.extended_card, interfaces, spec.retries, self.security.limits, policy
+            )
+            demo_tokens = {} if self.security.require_auth else spec.tokens or {}
+            tokens = {**self.principals, **demo_tokens}
+            self.agents[spec.name] = ServedAgent(spec, host, handler, tokens, self.security, self.slots)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -167,7 +201,7 @@ class Bridge:
                 }
             )
 
-        routes: list[BaseRoute] = [Route("/", index, methods=["GET"])]
+        routes: list[BaseRoute] = [Route("/", index, methods=["GET"]), Mount("/console", app=console_app(self))]
         routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}")) for name, agent in self.agents.items()]
         return Starlette(routes=routes, lifespan=self.lifespan)
 

@@ -1,7 +1,7 @@
 """Who is calling: bearer tokens mapped to principals, the 401 gate in front of protected agents, and the call context."""
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from a2a.auth.user import UnauthenticatedUser, User
 from a2a.server.context import ServerCallContext
@@ -13,14 +13,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from a2a_bridge import errors
 
 VERSION_HEADER = "a2a-version"
+KINDS = ("user", "agent", "operator")
+RESERVED_NAMES = frozenset({"", "anonymous"})
+"""Names no principal may take: the anonymous owner and the responsible user shown for anonymous tasks."""
+RESPONSIBLE_USER = "responsible_user"
+"""The call-context state key naming the person a new task is for, when an agent principal creates it for them."""
 
 
 @dataclass(frozen=True)
 class Principal(User):
-    """An authenticated caller named by configuration."""
+    """An authenticated caller named by configuration: a user (a person), an agent (acting for the people it lists)
+    or an operator."""
 
     name: str
     kind: str = "user"
+    acts_for: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def is_authenticated(self) -> bool:
@@ -33,6 +40,18 @@ class Principal(User):
 
 def is_operator(context: ServerCallContext) -> bool:
     return isinstance(context.user, Principal) and context.user.kind == "operator"
+
+
+def caller_name(context: ServerCallContext) -> str:
+    """The caller's principal name; '' for an anonymous caller."""
+    return context.user.user_name if context.user.is_authenticated else ""
+
+
+def may_see(owner: str, responsible_user: str, context: ServerCallContext) -> bool:
+    """Whether the caller may see and use a task: its owner (the principal that created it, '' for the shared
+    anonymous owner), or the person an agent created it for. Everyone else is told the task does not exist."""
+    name = caller_name(context)
+    return name == owner or (owner != "" and name != "" and name == responsible_user)
 
 
 def owner_context(owner: str) -> ServerCallContext:

@@ -9,15 +9,17 @@ from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.types import TaskState
+from a2a.utils.errors import A2AError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from a2a_bridge.auth import owner_context, public_base
+from a2a_bridge.auth import caller_name, may_see, owner_context, public_base
 from a2a_bridge.claims import AWAITING_REPLY, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.states import state_name
+from a2a_bridge.task_host import REQUESTED_BY, TaskHost
 from a2a_bridge.task_status import ActionRequest, action_requests, status_object
 
 MAX_WAIT = 60.0
@@ -49,10 +51,11 @@ REVIEW = ActionRoute("review", "review", "decision", "review", choices=("post", 
 
 
 def may_act(caller: str, request: ActionRequest, record: TaskRecord) -> bool:
-    """Whether the caller is the user who must act; an anonymous task has no identity to check, so anyone is."""
-    if not record.owner:
+    """Whether the caller is the user who must act: the user the entry names, else the task's responsible user. An
+    anonymous task is shared by every anonymous caller, so they may act on it too."""
+    if caller and caller == (request.user or record.responsible_user):
         return True
-    return caller == (request.user or record.responsible_user)
+    return not record.owner and not caller
 
 
 def problem(code: int, status: str, message: str, **details: Any) -> JSONResponse:
@@ -82,10 +85,19 @@ def claim_view(record: TaskRecord, events: list[dict[str, Any]]) -> dict[str, An
 class BridgeEndpoints:
     """The endpoints of one agent; `caller` says who is asking, `is_operator` whether they may act as an operator."""
 
-    def __init__(self, host: TaskHost, caller: Caller, is_operator: Callable[[ServerCallContext], bool]) -> None:
+    def __init__(
+        self,
+        host: TaskHost,
+        caller: Caller,
+        is_operator: Callable[[ServerCallContext], bool],
+        open_approvals: bool = True,
+    ) -> None:
         self.host = host
         self.caller = caller
         self.is_operator = is_operator
+        self.open_approvals = open_approvals
+        """Whether an anonymous caller may approve, as the kit's operator does without a token (not under
+        require_auth)."""
 
     def routes(self, approvals: bool, actions: tuple[ActionRoute, ...] = ()) -> list[BaseRoute]:
         routes: list[BaseRoute] = [
@@ -93,6 +105,7 @@ class BridgeEndpoints:
             Route("/tasks/{task_id}/status/stream", self.status_stream, methods=["GET"]),
             Route("/tasks/{task_id}/claim", self.claim, methods=["GET"]),
             Route("/tasks/{task_id}/reconcile", self.reconcile, methods=["POST"]),
+            Route("/tasks/{task_id}/cancel", self.cancel, methods=["POST"]),
         ]
         if approvals:
             routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
@@ -186,7 +199,7 @@ class BridgeEndpoints:
         record = await self.host.ledger.get(task_id)
         if record is None or record.agent != self.host.agent:
             return None
-        if record.owner != context.user.user_name and not self.is_operator(context):
+        if not may_see(record.owner, record.responsible_user, context) and not self.is_operator(context):
             return None
         live = await self.host.task_and_record(task_id, owner_context(record.owner))
         return live[1] if live is not None else record
@@ -214,10 +227,28 @@ class BridgeEndpoints:
             return problem(409, "FAILED_PRECONDITION", refused.detail, reason=refused.reason, taskId=task_id)
         return JSONResponse(claim_view(record, await self.host.ledger.claim_events(task_id)))
 
-    async def approve(self, request: Request) -> Response:
-        """An operator approves a deploy waiting in AUTH_REQUIRED, outside A2A."""
+    async def cancel(self, request: Request) -> Response:
+        """An operator cancels any task of this agent, in its owner's name (A2A CancelTask lets only the owner)."""
         task_id = request.path_params["task_id"]
+        caller = self.caller(request)
         record = await self.host.ledger.get(task_id)
+        if not self.is_operator(caller) or record is None or record.agent != self.host.agent:
+            return not_found(task_id)
+        owner = owner_context(record.owner)
+        owner.state[REQUESTED_BY] = caller.user.user_name
+        try:
+            task = await self.host.cancel(task_id, owner)
+        except A2AError as refused:
+            return problem(409, "FAILED_PRECONDITION", refused.message, taskId=task_id)
+        return JSONResponse({"taskId": task_id, "state": state_name(task.status.state)})
+
+    async def approve(self, request: Request) -> Response:
+        """An operator approves a deploy waiting in AUTH_REQUIRED, outside A2A (with open approvals, as in the kit, an
+        anonymous caller too); anyone else is told the task does not exist."""
+        task_id = request.path_params["task_id"]
+        caller = self.caller(request)
+        allowed = self.is_operator(caller) or (self.open_approvals and not caller_name(caller))
+        record = await self.host.ledger.get(task_id) if allowed else None
         if record is None or record.agent != self.host.agent:
             return not_found(task_id)
         owner = owner_context(record.owner)

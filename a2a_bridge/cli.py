@@ -2,17 +2,21 @@
 
 import argparse
 import asyncio
-import logging
+import ipaddress
+import os
+import sys
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
 
-from a2a_bridge import planner
+from a2a_bridge import observability, operator_cli, planner, remote
 from a2a_bridge.app import Bridge
-from a2a_bridge.auth import Principal
+from a2a_bridge.auth import RESERVED_NAMES, Principal
 from a2a_bridge.clock import SystemClock
+from a2a_bridge.config import ENV_OPERATOR_TOKEN, ConfigError, SecurityConfig, check_delegates, load, parse_network
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.task_host import HostSettings
 from capture import recorder, replay
@@ -27,7 +31,35 @@ def user_token(text: str) -> tuple[str, Principal]:
     token, _, name = text.partition("=")
     if not token or not name:
         raise argparse.ArgumentTypeError("expected TOKEN=NAME")
+    if name in RESERVED_NAMES:
+        raise argparse.ArgumentTypeError(f"{name!r} is reserved for anonymous callers")
     return token, Principal(name)
+
+
+def webhook_network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":
+    try:
+        return parse_network(text, "--allow-webhook-network")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def security(args: argparse.Namespace) -> SecurityConfig:
+    """The security configuration: the file and the environment (a2a_bridge.config), then the command line; the
+    demo operator token only while callers may be anonymous."""
+    config = load(args.config, os.environ)
+    if args.require_auth:
+        config = replace(config, require_auth=True)
+    operator = args.operator_token or os.environ.get(ENV_OPERATOR_TOKEN) or (
+        None if config.require_auth else DEMO_OPERATOR_TOKEN
+    )
+    principals = {**config.principals, **dict(args.user_token)}
+    if operator:
+        principals[operator] = Principal("operator", kind="operator")
+    config = replace(
+        config, principals=principals, webhook_networks=(*config.webhook_networks, *args.allow_webhook_network)
+    )
+    check_delegates(config)
+    return config
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,7 +76,20 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--deploy-ledger", type=Path, help="file the deployer appends each rollout to")
     serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
     serve.add_argument("--idle-lifespan", type=float, help="seconds an idle task waits for input before it is closed")
-    serve.add_argument("--operator-token", default=DEMO_OPERATOR_TOKEN, help="bearer token of the operator principal")
+    serve.add_argument(
+        "--operator-token",
+        help=f"bearer token of the operator principal (default ${ENV_OPERATOR_TOKEN}, else {DEMO_OPERATOR_TOKEN} unless"
+        " --require-auth)",
+    )
+    serve.add_argument("--config", type=Path, metavar="FILE", help="security configuration (TOML; docs/security.md)")
+    serve.add_argument(
+        "--require-auth", action="store_true",
+        help="every agent requires a configured bearer token (no anonymous callers)",
+    )
+    serve.add_argument(
+        "--allow-webhook-network", action="append", default=[], type=webhook_network, metavar="CIDR",
+        help="let webhooks reach this non-public network, e.g. 127.0.0.1/32 (repeatable)",
+    )
     serve.add_argument(
         "--user-token", action="append", default=[], type=user_token, metavar="TOKEN=NAME",
         help="bearer token of a named user principal, recognised by every agent (repeatable)",
@@ -54,9 +99,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"serve this agent (repeatable; one of {', '.join(AGENT_NAMES)}); default: the three sample agents",
     )
     serve.add_argument("--log-level", default="info")
+    observability.register(serve)
+    remote.add_options(serve)
     replay.register(commands)
     recorder.register(commands)
     planner.register(commands)
+    operator_cli.register(commands)
     return root
 
 
@@ -67,18 +115,23 @@ async def serve(args: argparse.Namespace) -> None:
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
     )
+    remotes = remote.from_args(args)
+    names = args.agents or ([] if remotes.agents else SAMPLE_AGENTS)
+    local = served_agents(names, args.pace, deploy_ledger=args.deploy_ledger)
     bridge = Bridge(
-        served_agents(args.agents or SAMPLE_AGENTS, args.pace, deploy_ledger=args.deploy_ledger),
+        local + await remotes.specs([spec.name for spec in local]),
         Stores(StoreConfig.parse(args.store)),
         SystemClock(),
         lambda: str(uuid.uuid4()),
         settings,
-        {**dict(args.user_token), args.operator_token: Principal("operator", kind="operator")},
+        security=args.security,
     )
-    configs = [uvicorn.Config(bridge.app(), host=args.host, port=args.port, log_level=args.log_level)]
+    app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
+    logs = observability.uvicorn_logging(args)
+    configs = [uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, **logs)]
     if args.kit_ports:
         configs += [
-            uvicorn.Config(bridge.kit_app(name), host=args.host, port=port, log_level=args.log_level, lifespan="off")
+            uvicorn.Config(bridge.kit_app(name), host=args.host, port=port, log_level=args.log_level, lifespan="off", **logs)
             for name, port in KIT_PORTS.items()
             if name in bridge.agents
         ]
@@ -87,8 +140,13 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    observability.setup(args)
     if args.command == "serve":
+        try:
+            args.security = security(args)
+        except ConfigError as e:
+            print(f"a2a-bridge serve: {e}", file=sys.stderr)
+            raise SystemExit(2) from e
         asyncio.run(serve(args))
     elif hasattr(args, "run"):
         raise SystemExit(args.run(args))

@@ -1,5 +1,6 @@
 """The bridge's A2A request handler: the SDK's RequestHandler interface over a TaskHost."""
 
+import re
 from collections.abc import AsyncGenerator, Callable
 
 from a2a.server.context import ServerCallContext
@@ -20,6 +21,7 @@ from a2a.types import (
     ListTasksResponse,
     Message,
     Role,
+    SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -30,7 +32,11 @@ from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsE
 from a2a.utils.task import apply_history_length
 
 from a2a_bridge import errors
+from a2a_bridge.auth import RESPONSIBLE_USER
+from a2a_bridge.config import Limits
+from a2a_bridge.delegation import responsible_user
 from a2a_bridge.idempotency import Retries
+from a2a_bridge.push import WebhookPolicy
 from a2a_bridge.task_host import (
     Listener,
     Refused,
@@ -40,6 +46,21 @@ from a2a_bridge.task_host import (
     ends_stream,
     settled,
 )
+
+
+HistoryParams = SendMessageConfiguration | GetTaskRequest | ListTasksRequest
+"""The requests that carry a historyLength."""
+MAX_ID = 255
+"""Characters of a messageId or push config id: the stores' columns hold no more."""
+MAX_CONTEXT_ID = 36
+"""Characters of a contextId a client chooses: the SDK task table's context_id column holds no more."""
+HTTP_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+"""An HTTP authentication scheme name (RFC 9110 token)."""
+
+
+def header_safe(value: str) -> bool:
+    """Whether a value can be sent as an HTTP header value: printable ASCII, at most 4,096 characters."""
+    return len(value) <= 4096 and all(" " <= c <= "~" for c in value)
 
 
 def part_media_type(part: object) -> str:
@@ -61,7 +82,11 @@ class BridgeRequestHandler(RequestHandler):
         extended_card: AgentCard | None = None,
         interfaces: Callable[[str], list[AgentInterface]] | None = None,
         retries: bool = True,
+        limits: Limits | None = None,
+        webhooks: WebhookPolicy | None = None,
     ) -> None:
+        self.limits = limits or Limits()
+        self.webhooks = webhooks or WebhookPolicy()
         self.card = card
         self.extended_card = extended_card
         self.interfaces = interfaces
@@ -75,28 +100,79 @@ class BridgeRequestHandler(RequestHandler):
             raise errors.invalid_field("message", "message is required")
         if not message.message_id:
             raise errors.invalid_field("message.messageId", "messageId is required")
+        if len(message.message_id) > MAX_ID:
+            raise errors.invalid_field("message.messageId", f"messageId may have at most {MAX_ID} characters")
+        if len(message.context_id) > MAX_CONTEXT_ID:
+            raise errors.invalid_field("message.contextId", f"contextId may have at most {MAX_CONTEXT_ID} characters")
         if message.role != Role.ROLE_USER:
             raise errors.invalid_field("message.role", "role must be ROLE_USER")
         if not message.parts:
             raise errors.invalid_field("message.parts", "parts must hold at least one part")
+        if len(message.parts) > self.limits.max_parts:
+            raise errors.invalid_field("message.parts", f"a message may hold at most {self.limits.max_parts} parts")
         for index, part in enumerate(message.parts):
             if part.WhichOneof("content") is None:
                 raise errors.invalid_field(f"message.parts[{index}]", "a part needs text, raw, url or data")
+            if len(part.text.encode("utf-8", "surrogatepass")) > self.limits.max_text_bytes:
+                raise errors.invalid_field(
+                    f"message.parts[{index}].text", f"a text part may hold at most {self.limits.max_text_bytes} bytes"
+                )
             media_type = part_media_type(part)
             if media_type not in self.card.default_input_modes:
                 raise errors.content_type_not_supported(media_type)
-        if params.configuration.HasField("task_push_notification_config"):
-            if not self.card.capabilities.push_notifications:
-                raise errors.push_not_supported()
-            if not params.configuration.task_push_notification_config.url:
+        wants_push = params.configuration.HasField("task_push_notification_config")
+        if wants_push and not self.card.capabilities.push_notifications:
+            raise errors.push_not_supported()
+        self._check_history_length(params.configuration, "configuration.historyLength")
+
+    def _check_history_length(self, params: HistoryParams, name: str) -> None:
+        if params.HasField("history_length") and params.history_length < 0:
+            raise errors.invalid_field(name, "historyLength must not be negative")
+        if params.HasField("history_length") and params.history_length > self.limits.max_history:
+            raise errors.invalid_field(name, f"historyLength may be at most {self.limits.max_history}")
+
+    def _history(self, task: Task, params: HistoryParams | None) -> Task:
+        """The task with the history asked for, and never more than the history limit."""
+        wanted = params.history_length if params is not None and params.HasField("history_length") else None
+        cap = self.limits.max_history
+        return apply_history_length(task, GetTaskRequest(history_length=cap if wanted is None else min(wanted, cap)))
+
+    async def _check_webhook(self, config: TaskPushNotificationConfig, prefix: str) -> None:
+        """A webhook config the bridge will deliver to: an allowed URL, and authentication and token that fit in
+        HTTP headers (the SDK sends nothing when the scheme or the credentials are missing)."""
+        if not config.url:
+            raise errors.invalid_field(f"{prefix}url", "url is required")
+        if len(config.id) > MAX_ID:
+            raise errors.invalid_field(f"{prefix}id", f"id may have at most {MAX_ID} characters")
+        reason = await self.webhooks.refusal(config.url)
+        if reason is not None:
+            raise errors.invalid_field(f"{prefix}url", reason)
+        if config.token and not header_safe(config.token):
+            raise errors.invalid_field(f"{prefix}token", "token must be printable ASCII")
+        if config.HasField("authentication"):
+            auth = config.authentication
+            if not auth.scheme or not HTTP_TOKEN.fullmatch(auth.scheme):
                 raise errors.invalid_field(
-                    "configuration.taskPushNotificationConfig.url", "url is required"
+                    f"{prefix}authentication.scheme", "scheme must be an HTTP scheme such as Bearer"
                 )
-        if params.configuration.HasField("history_length") and params.configuration.history_length < 0:
-            raise errors.invalid_field("configuration.historyLength", "historyLength must not be negative")
+            if not auth.credentials or not header_safe(auth.credentials):
+                raise errors.invalid_field(
+                    f"{prefix}authentication.credentials", "credentials are required, as printable ASCII"
+                )
+
+    async def _checked(self, params: SendMessageRequest, context: ServerCallContext) -> None:
+        """Everything checked before a message is sent: its content, its webhook, and on whose behalf it is."""
+        self._check_message(params)
+        if params.configuration.HasField("task_push_notification_config"):
+            config = params.configuration.task_push_notification_config
+            await self._check_webhook(config, "configuration.taskPushNotificationConfig.")
+        if not params.message.task_id:
+            person = await responsible_user(params.message, context, self.host.ledger)
+            if person is not None:
+                context.state[RESPONSIBLE_USER] = person
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
-        self._check_message(params)
+        await self._checked(params, context)
         listener = Listener(snapshots=True)
         task_id = await self.send(params, context, listener)
         immediate = params.configuration.return_immediately
@@ -110,21 +186,21 @@ class BridgeRequestHandler(RequestHandler):
                 if isinstance(item, TurnFailed):
                     raise errors.agent_failed(item.task_id)
                 if isinstance(item, Task) and (immediate or settled(item.status.state)):
-                    return apply_history_length(item, params.configuration)
+                    return self._history(item, params.configuration)
                 if isinstance(item, TurnEnded) and item.task is not None:
-                    return apply_history_length(item.task, params.configuration)
+                    return self._history(item.task, params.configuration)
         finally:
             self.host.unsubscribe(task_id, listener)
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        self._check_message(params)
+        await self._checked(params, context)
         listener = Listener()
         task_id = await self.send(params, context, listener)
         try:
             async for event in _stream(listener):
-                yield event
+                yield self._history(event, None) if isinstance(event, Task) else event
         finally:
             self.host.unsubscribe(task_id, listener)
 
@@ -133,31 +209,29 @@ class BridgeRequestHandler(RequestHandler):
     ) -> AsyncGenerator[Event]:
         task, listener = await self.host.subscribe(params.id, context)
         try:
-            yield task
+            yield self._history(task, None)
             async for event in _stream(listener):
-                yield event
+                yield self._history(event, None) if isinstance(event, Task) else event
         finally:
             self.host.unsubscribe(params.id, listener)
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        if params.HasField("history_length") and params.history_length < 0:
-            raise errors.invalid_field("historyLength", "historyLength must not be negative")
+        self._check_history_length(params, "historyLength")
         task = await self.host.get(params.id, context)
         if task is None:
             raise errors.task_not_found(params.id)
-        return apply_history_length(task, params)
+        return self._history(task, params)
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         if params.page_size < 0 or params.page_size > 100:
             raise errors.invalid_field("pageSize", "pageSize must be between 1 and 100")
-        if params.HasField("history_length") and params.history_length < 0:
-            raise errors.invalid_field("historyLength", "historyLength must not be negative")
+        self._check_history_length(params, "historyLength")
         try:
             response = await self.host.store.list(params, context)
         except InvalidParamsError as e:
             raise errors.invalid_field("pageToken", "pageToken is not one this server issued") from e
         for index, task in enumerate(response.tasks):
-            response.tasks[index].CopyFrom(apply_history_length(task, params))
+            response.tasks[index].CopyFrom(self._history(task, params))
         return response
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
@@ -178,8 +252,7 @@ class BridgeRequestHandler(RequestHandler):
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         store = self._push_store()
-        if not params.url:
-            raise errors.invalid_field("url", "url is required")
+        await self._check_webhook(params, "")
         await self._owned_task(params.task_id, context)
         config = TaskPushNotificationConfig()
         config.CopyFrom(params)

@@ -1,11 +1,19 @@
 """The SDK's JSON-RPC dispatcher with errors that never echo parser or exception text."""
 
+import logging
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InternalError as JSONRPCInternalError
 from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
+from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, InvalidRequestError
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+log = logging.getLogger(__name__)
 
 GENERIC_MESSAGES: dict[type, str] = {
     JSONParseError: "Invalid JSON payload",
@@ -37,6 +45,27 @@ class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
         self, request_id: str | int | None, error: Exception | JSONRPCError | A2AError
     ) -> JSONResponse:
         return super()._generate_error_response(request_id, sanitized(error))
+
+    def _create_response(
+        self, context: ServerCallContext, handler_result: AsyncGenerator[dict[str, Any]] | dict[str, Any]
+    ) -> Response:
+        """Streams too: an exception that is not an A2A error ends a stream with a generic -32603, not its text."""
+        if isinstance(handler_result, AsyncGenerator):
+            handler_result = _without_exception_text(handler_result, context.state.get("request_id"))
+        return super()._create_response(context, handler_result)
+
+
+async def _without_exception_text(
+    stream: AsyncGenerator[dict[str, Any]], request_id: str | int | None
+) -> AsyncGenerator[dict[str, Any]]:
+    try:
+        async for item in stream:
+            yield item
+    except A2AError:
+        raise
+    except Exception:
+        log.exception("a JSON-RPC stream ended with an error")
+        yield build_error_response(request_id, InternalError(GENERIC_MESSAGES[InternalError]))
 
 
 def jsonrpc_routes(dispatcher: BridgeJsonRpcDispatcher, path: str) -> list[Route]:

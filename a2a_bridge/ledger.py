@@ -173,6 +173,7 @@ class Ledger(Protocol):
     async def session_alive(self, session: int) -> bool: ...
     async def close(self) -> None: ...
     async def get(self, task_id: str) -> TaskRecord | None: ...
+    async def recent(self, limit: int) -> list[TaskRecord]: ...
     async def save(self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent]) -> None: ...
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None: ...
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool: ...
@@ -294,6 +295,14 @@ class SqlLedger:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(records_table).where(records_table.c.task_id == task_id))).first()
         return _record(row) if row is not None else None
+
+    async def recent(self, limit: int) -> list[TaskRecord]:
+        """At most `limit` records of every agent, the most recently created first."""
+        await self._init()
+        table = records_table
+        query = select(table).order_by(table.c.created_at.desc(), table.c.task_id).limit(limit)
+        async with self.engine.connect() as conn:
+            return [_record(r) for r in (await conn.execute(query)).all()]
 
     async def _upsert(self, conn: AsyncConnection | AsyncSession, record: TaskRecord, events: list[ClaimEvent]) -> None:
         values = _row_values(record)
@@ -502,6 +511,10 @@ class MemoryLedger:
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._records.get(task_id)
         return replace(record, notifications=list(record.notifications)) if record is not None else None
+
+    async def recent(self, limit: int) -> list[TaskRecord]:
+        newest = sorted(self._records.values(), key=lambda r: (-r.created_at.timestamp(), r.task_id))[:limit]
+        return [replace(r, notifications=list(r.notifications)) for r in newest]
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         self._records[record.task_id] = replace(record, notifications=list(record.notifications))

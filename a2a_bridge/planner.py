@@ -37,6 +37,8 @@ from a2a.types import (
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
+from a2a_bridge.delegation import ON_BEHALF_OF
+
 SKILLS = ("run-tests", "review-diff", "deploy")
 AGENTS = ("test-runner", "code-reviewer", "deployer")
 TERMINAL = frozenset(
@@ -126,9 +128,16 @@ class Agent:
         return next((i.url for i in self.card.supported_interfaces if i.protocol_binding == "JSONRPC"), "none")
 
 
+def random_message_id() -> str:
+    return str(uuid.uuid4())
+
+
 @dataclass
 class Planner:
-    """Delegates the plan's skills and reports each decision through `say`."""
+    """Delegates the plan's skills and reports each decision through `say`. It prints no time and no id of its own
+    (only the first 8 characters of the server's task ids), time only bounds its waits (the approval and turn
+    timeouts), and the message ids it sends come from `message_id`: given seeded ids and a deterministic server, two
+    runs send and print the same."""
 
     http: httpx.AsyncClient
     say: Callable[[str], None]
@@ -137,6 +146,10 @@ class Planner:
     operator_token: str | None = None
     approval_timeout: float = 300.0
     interceptors: list[ClientCallInterceptor] = field(default_factory=list)
+    message_id: Callable[[], str] = random_message_id
+    on_behalf_of: str | None = None
+    """The parent task (`<agent>/<task id>`) the planner works on for a person, as an agent principal: the first
+    message of each delegation names it, so that each task is that person's (docs/security.md, "Delegation")."""
 
     async def read_card(self, base: str) -> Agent:
         card = await A2ACardResolver(self.http, base).get_agent_card()
@@ -193,9 +206,11 @@ class Planner:
 
     async def send(self, agent: Agent, parts: list[Part], task: Task | None = None) -> Task:
         """A blocking SendMessage: the reply comes once the task is terminal or interrupted."""
-        message = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=parts)
+        message = Message(message_id=self.message_id(), role=Role.ROLE_USER, parts=parts)
         if task is not None:
             message.task_id, message.context_id = task.id, task.context_id
+        elif self.on_behalf_of:
+            message.metadata.update({ON_BEHALF_OF: {"parentTask": self.on_behalf_of}})
         async with asyncio.timeout(TURN_TIMEOUT):
             replies = [reply async for reply in agent.blocking.send_message(SendMessageRequest(message=message))]
         if not replies or not replies[-1].HasField("task"):
@@ -246,7 +261,14 @@ class Planner:
 
 
 def first_line(error: BaseException) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+    """The error's first line, with the fields an invalid-parameters error names (as `field: why`)."""
+    line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    data = getattr(error, "data", None)
+    violations = data.get("errors") if isinstance(data, dict) else None
+    if isinstance(violations, list):
+        named = [f"{v.get('field')}: {v.get('message')}" for v in violations if isinstance(v, dict)]
+        line = f"{line} ({'; '.join(named)})" if named else line
+    return line
 
 
 def status_text(task: Task) -> str:
@@ -313,11 +335,14 @@ def agent_bases(url: str, kit_host: str | None) -> list[str]:
 
 
 async def plan(args: argparse.Namespace, say: Callable[[str], None]) -> bool:
-    interceptors: list[ClientCallInterceptor] = [AuthInterceptor(BearerToken(args.token))] if args.token else []
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None)) as http:
+    principal = args.principal_token
+    card_token = args.token if not principal else None
+    interceptors: list[ClientCallInterceptor] = [AuthInterceptor(BearerToken(card_token))] if card_token else []
+    headers = {"Authorization": f"Bearer {principal}"} if principal else {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None), headers=headers) as http:
         planner = Planner(
             http, say, approve=args.approve, operator_token=args.operator_token,
-            approval_timeout=args.approval_timeout, interceptors=interceptors,
+            approval_timeout=args.approval_timeout, interceptors=interceptors, on_behalf_of=args.on_behalf_of,
         )
         return await planner.run(agent_bases(args.url, args.kit_host))
 
@@ -330,6 +355,14 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     )
     command.add_argument("--kit-host", metavar="HOST", help="read the cards at the root of each kit port on HOST")
     command.add_argument("--token", metavar="DEPLOYER_TOKEN", help="bearer token for agents whose card asks for one")
+    command.add_argument(
+        "--principal-token", metavar="TOKEN",
+        help="the planner's own bearer token (an agent principal), sent to every agent instead of --token",
+    )
+    command.add_argument(
+        "--on-behalf-of", metavar="AGENT/TASK_ID",
+        help="as an agent principal, create each task for the person whose task this is (the parent task)",
+    )
     command.add_argument("--operator-token", metavar="T", help="bearer token sent with --approve's approval request")
     command.add_argument("--approve", action="store_true", help="as a demo, approve the deploy as the operator")
     command.add_argument(

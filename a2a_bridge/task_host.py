@@ -29,10 +29,11 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson, Parse, ParseDict
 
 from a2a_bridge import claims, errors
-from a2a_bridge.auth import owner_context
+from a2a_bridge.auth import RESPONSIBLE_USER, caller_name, is_operator, may_see, owner_context
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.clock import Clock
 from a2a_bridge.ledger import ClaimEvent, Ledger, Request, TaskRecord
+from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.push import PushDispatcher
 from a2a_bridge.states import is_interrupted, is_terminal, row_for, state_name
 from a2a_bridge.task_events import Event, add_user_input, apply_event, new_task, set_status, stamp_ids
@@ -52,6 +53,8 @@ REPLICA_POLL = 0.1
 """Seconds between rereads of the shared database while waiting on another replica."""
 MAX_QUEUE_WAIT = 3600.0
 """The longest a queued turn waits for another replica's turn to end."""
+REQUESTED_BY = "requested_by"
+"""The call context's state key naming who asked for a cancel made in the task owner's name (an operator)."""
 
 
 @dataclass(frozen=True)
@@ -245,39 +248,49 @@ class TaskHost:
         """The freshest copy of a task that the caller may see."""
         live = self._live.get(task_id)
         if live is not None and (live.running is not None or not self.ledger.shared):
-            return snapshot(live.task) if live.record.owner == context.user.user_name else None
-        return await self.store.get(task_id, context)
+            return snapshot(live.task) if may_see(live.record.owner, live.record.responsible_user, context) else None
+        task = await self.store.get(task_id, context)
+        if task is not None or not caller_name(context):
+            return task
+        found = await self.task_and_record(task_id, context)
+        return found[0] if found is not None else None
 
     async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
-        """The task and its record, if the caller owns it."""
+        """The task and its record, if the caller may see it."""
         live = self._live.get(task_id)
         if live is not None and (live.running is not None or not self.ledger.shared):
-            if live.record.owner != context.user.user_name:
+            if not may_see(live.record.owner, live.record.responsible_user, context):
                 return None
             return snapshot(live.task), replace(live.record)
         record = await self.ledger.get(task_id)
-        if record is None or record.agent != self.agent or record.owner != context.user.user_name:
+        if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
             return None
-        task = await self.store.get(task_id, context)
+        task = await self.store.get(task_id, owner_context(record.owner))
         return (task, record) if task is not None else None
 
     def changed(self, task_id: str) -> asyncio.Event:
         """An event set at the task's next change (its revision moves)."""
         return self._changes.setdefault(task_id, asyncio.Event())
 
-    async def _acquire(self, task_id: str, context: ServerCallContext) -> LiveTask:
-        """The live record of a task, loaded from the store if needed; pair with _release."""
+    async def _acquire(self, task_id: str, context: ServerCallContext, operators: bool = False) -> LiveTask:
+        """The live record of a task the caller may see (or, with `operators`, that an operator may act on), loaded
+        from the store if needed; pair with _release."""
         live = self._live.get(task_id)
         if live is None:
             record = await self.ledger.get(task_id)
-            task = await self.store.get(task_id, context) if record is not None and record.agent == self.agent else None
-            if task is None or record is None or record.owner != context.user.user_name:
+            allowed = record is not None and record.agent == self.agent and self._may_use(record, context, operators)
+            task = await self.store.get(task_id, owner_context(record.owner)) if record and allowed else None
+            if task is None or record is None:
                 raise errors.task_not_found(task_id)
             live = self._live.setdefault(task_id, LiveTask(task=task, record=record))
-        elif live.record.owner != context.user.user_name:
+        elif not self._may_use(live.record, context, operators):
             raise errors.task_not_found(task_id)
         live.users += 1
         return live
+
+    @staticmethod
+    def _may_use(record: TaskRecord, context: ServerCallContext, operators: bool) -> bool:
+        return may_see(record.owner, record.responsible_user, context) or (operators and is_operator(context))
 
     def _release(self, live: LiveTask) -> None:
         live.users -= 1
@@ -304,7 +317,7 @@ class TaskHost:
             task_id=task.id,
             agent=self.agent,
             owner=owner,
-            responsible_user=owner or ANONYMOUS,
+            responsible_user=pending.owner.state.get(RESPONSIBLE_USER) or owner or ANONYMOUS,
             created_at=now,
             state=state_name(task.status.state),
         )
@@ -489,7 +502,7 @@ class TaskHost:
         """Feed a listener the running turn of a task's latest user message, from a snapshot on; False if no such
         turn runs in this process."""
         live = self._live.get(task_id)
-        if live is None or live.record.owner != context.user.user_name or live.running_turn is None:
+        if live is None or not self._may_use(live.record, context, False) or live.running_turn is None:
             return False
         latest = last_user_message(live.task)
         if live.record.signal is not None or latest is None or latest.message_id != message_id:
@@ -597,6 +610,7 @@ class TaskHost:
         self, task_id: str, context: ServerCallContext, signal: str | None, operation: str, evidence: dict[str, Any] | None = None
     ) -> None:
         live = await self._acquire(task_id, context)
+        scope = about_task(self.agent, task_id, lambda: live.record.claim.claim_generation)
         try:
             async with live.turn_lock:
                 try:
@@ -614,6 +628,7 @@ class TaskHost:
                 await self._finish_turn(live, turn)
         finally:
             self._release(live)
+            left_task(scope)
 
     async def _register_push(self, task_id: str, request: SendMessageRequest, context: ServerCallContext) -> None:
         if self.push_store is None or not request.configuration.HasField("task_push_notification_config"):
@@ -626,6 +641,7 @@ class TaskHost:
 
     async def _run(self, queue: TurnQueue, ctx: BridgeRequestContext) -> None:
         """Run execute() for one turn while renewing its lease; an exception fails the task with a generic message."""
+        scope = about_task(self.agent, ctx.task_id or "", lambda: queue.turn, "turn started")
         execution = asyncio.ensure_future(self.executor.execute(ctx, queue))
         queue.execution = execution
         if queue.live is not None:
@@ -645,6 +661,7 @@ class TaskHost:
             renewer.cancel()
             if queue.live is not None:
                 queue.live.running, queue.live.running_turn = None, None
+            left_task(scope, "turn ended")
 
     async def _renew(self, queue: TurnQueue) -> None:
         """Renew the turn's lease at a third of its length while the turn runs."""
@@ -704,8 +721,10 @@ class TaskHost:
                 listener.turn = None
 
     async def cancel(self, task_id: str, context: ServerCallContext) -> Task:
-        """Record the cancel request, stop the running turn, let the agent report the cancel, end the task CANCELED."""
-        live = await self._acquire(task_id, context)
+        """Record the cancel request, stop the running turn, let the agent report the cancel, end the task CANCELED.
+        The task's owner, its responsible user and operators may cancel it."""
+        live = await self._acquire(task_id, context, operators=True)
+        scope = about_task(self.agent, task_id, lambda: live.record.claim.claim_generation, "cancel requested")
         try:
             if live.canceling is not None:
                 await live.canceling.wait()
@@ -715,12 +734,12 @@ class TaskHost:
             if live.running is None and self._held_elsewhere(live.record.claim):
                 return await self._cancel_elsewhere(live, context)
             if live.record.claim.state == claims.NEEDS_RECONCILIATION:
-                await self._post(live, Op("request_cancel"), {"requested_by": context.user.user_name or ANONYMOUS})
+                await self._post(live, Op("request_cancel"), {"requested_by": requester(context)})
                 await self._put_record(live)
                 return snapshot(live.task)
             live.canceling = asyncio.Event()
             try:
-                await self._post(live, Op("request_cancel"), {"requested_by": context.user.user_name or ANONYMOUS})
+                await self._post(live, Op("request_cancel"), {"requested_by": requester(context)})
                 await self._put_record(live)
                 running, turn = live.running, live.running_turn
                 if running is not None and turn is not None:
@@ -741,10 +760,11 @@ class TaskHost:
             return snapshot(live.task)
         finally:
             self._release(live)
+            left_task(scope)
 
     async def _cancel_elsewhere(self, live: LiveTask, context: ServerCallContext) -> Task:
         """Leave a cancel request for the replica that runs the task, and answer once it has ended the task."""
-        request = Request(live.task.id, "cancel", context.user.user_name or ANONYMOUS)
+        request = Request(live.task.id, "cancel", requester(context))
         await self.ledger.add_request(request, self.clock.now())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.lease.total_seconds()
@@ -776,6 +796,7 @@ class TaskHost:
     async def _recover(self, record: TaskRecord) -> None:
         """A claim left by a process that stopped: fence it, then continue, cancel, or wait for an operator."""
         live = await self._acquire(record.task_id, owner_context(record.owner))
+        scope = about_task(self.agent, record.task_id, lambda: live.record.claim.claim_generation, "recovering a claim")
         try:
             await self._refresh(live)
             expected = live.record.claim
@@ -799,6 +820,7 @@ class TaskHost:
                 await self.apply(live, None, status_event_for(live.task, waiting), claim_ops=())
         finally:
             self._release(live)
+            left_task(scope)
 
     async def reconcile(self, task_id: str, outcome: str, evidence: dict[str, Any]) -> TaskRecord:
         """An operator reports the actual outcome of a task in needs_reconciliation (the seed's four rows)."""
@@ -806,6 +828,7 @@ class TaskHost:
         if record is None or record.agent != self.agent:
             raise errors.task_not_found(task_id)
         live = await self._acquire(task_id, owner_context(record.owner))
+        scope = about_task(self.agent, task_id, lambda: live.record.claim.claim_generation, f"reconcile: {outcome}")
         try:
             operation = f"reconcile_{outcome}"
             if outcome == "continue":
@@ -826,6 +849,7 @@ class TaskHost:
             return replace(live.record)
         finally:
             self._release(live)
+            left_task(scope)
 
     async def _sweep_idle(self) -> None:
         """Cancel tasks whose inactivity lifespan ran out; bounded steps, ended with the host."""
@@ -902,6 +926,11 @@ class TaskHost:
         """Wait for every background turn (used at shutdown and by tests)."""
         while self._background:
             await asyncio.wait(list(self._background))
+
+
+def requester(context: ServerCallContext) -> str:
+    """Who asked: an operator acting in the owner's name (`REQUESTED_BY` in the context's state), else the caller."""
+    return str(context.state.get(REQUESTED_BY) or context.user.user_name or ANONYMOUS)
 
 
 def last_user_message(task: Task) -> Message | None:

@@ -7,12 +7,12 @@ from pathlib import Path
 from a2a_bridge.app import AgentSpec
 from a2a_bridge.auth import Principal
 from a2a_bridge.bridge_routes import AUTHORIZE, REVIEW
-from agents import code_reviewer, conformance, deployer, test_runner
+from agents import bench, code_reviewer, conformance, deployer, test_runner
 
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
 DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"
 SAMPLE_AGENTS = ("test-runner", "code-reviewer", "deployer")
-AGENT_NAMES = (*SAMPLE_AGENTS, "conformance")
+AGENT_NAMES = (*SAMPLE_AGENTS, "conformance", "bench")
 
 
 def ledger_writer(path: Path | None) -> Callable[[str, str], None]:
@@ -48,7 +48,8 @@ def sample_agents(pace: float = 0.25, new_id: Callable[[], str] | None = None, d
 def served_agents(
     names: Iterable[str], pace: float = 0.25, new_id: Callable[[], str] | None = None, deploy_ledger: Path | None = None
 ) -> list[AgentSpec]:
-    """The named agents, each once, in the order named: the sample agents and the TCK's conformance agent."""
+    """The named agents, each once, in the order named: the sample agents, the TCK's conformance agent and the
+    benchmark's trivial agent."""
     specs = {spec.name: spec for spec in sample_agents(pace, new_id, deploy_ledger)}
     specs["conformance"] = AgentSpec(
         "conformance",
@@ -56,4 +57,5 @@ def served_agents(
         conformance.Conformance(conformance.streaming_timeout(), new_id=new_id),
         retries=False,
     )
+    specs["bench"] = AgentSpec("bench", bench.card(), bench.Bench())
     return [specs[name] for name in dict.fromkeys(names)]

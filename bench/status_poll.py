@@ -52,6 +52,9 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     server_cpu: float = 0.0
     client_cpu: float = 0.0
+    server_wait: float = 0.0
+    """The share of the run the server's threads were runnable but waited for a CPU (other processes on its core)."""
+    client_wait: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -198,33 +201,33 @@ def lowered(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
 A2A_HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 
 
-def finished_task(port: int) -> tuple[str, str]:
-    """A completed test-runner task; returns its id and the ETag of its status."""
+def finished_task(port: int, agent: str = AGENT) -> tuple[str, str]:
+    """A completed task of `agent` (test-runner unless named); returns its id and the ETag of its status."""
     message = {"messageId": f"bench-{time.time_ns()}", "role": "ROLE_USER",
                "parts": [{"text": "Run the unit tests for payments-api at commit 9f3c2e1"}]}
     envelope = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
-    _, _, body = call(port, "POST", f"/{AGENT}/a2a/jsonrpc", envelope, A2A_HEADERS)
+    _, _, body = call(port, "POST", f"/{agent}/a2a/jsonrpc", envelope, A2A_HEADERS)
     task = json.loads(body)["result"]["task"]
     if task["status"]["state"] != "TASK_STATE_COMPLETED":
         raise RuntimeError(f"the benchmark task did not complete: {task['status']}")
-    _, headers, _ = call(port, "GET", f"/{AGENT}/tasks/{task['id']}/status")
+    _, headers, _ = call(port, "GET", f"/{agent}/tasks/{task['id']}/status")
     return task["id"], headers["etag"]
 
 
-def requests_for(port: int, task_id: str, etag: str) -> dict[str, tuple[bytes, int]]:
+def requests_for(port: int, task_id: str, etag: str, agent: str = AGENT) -> dict[str, tuple[bytes, int]]:
     """The two requests compared, each with the status it must get; each is checked once before it is measured."""
-    status_path = f"/{AGENT}/tasks/{task_id}/status"
+    status_path = f"/{agent}/tasks/{task_id}/status"
     get_task = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
     code, _, _ = call(port, "GET", status_path, headers={"If-None-Match": etag})
     if code != 304:
         raise RuntimeError(f"the status poll answered {code}, not 304")
-    code, _, body = call(port, "POST", f"/{AGENT}/a2a/jsonrpc", get_task, A2A_HEADERS)
+    code, _, body = call(port, "POST", f"/{agent}/a2a/jsonrpc", get_task, A2A_HEADERS)
     if code != 200 or json.loads(body).get("result", {}).get("id") != task_id:
         raise RuntimeError(f"GetTask answered {code}: {body[:200]!r}")
     return {
         "304 status poll": (http_request("GET", status_path, port, {"If-None-Match": etag}), 304),
         "GetTask (JSON-RPC)": (
-            http_request("POST", f"/{AGENT}/a2a/jsonrpc", port, A2A_HEADERS, json.dumps(get_task).encode()),
+            http_request("POST", f"/{agent}/a2a/jsonrpc", port, A2A_HEADERS, json.dumps(get_task).encode()),
             200,
         ),
     }

@@ -31,6 +31,9 @@ class Ids:
     def __init__(self, urls: Mapping[str, str] | None = None) -> None:
         self.urls = dict(urls or {})
         self.live: dict[str, str] = {}
+        self.values: dict[str, str] = {}
+        """Recorded strings that are not UUIDs (a client's `messageId: "readme-1"`) and stand for a live string only
+        as a whole value: never replaced inside other text."""
         self._recorded: dict[str, str] = {}
 
     def bind(self, recorded: str, live: Any) -> str | None:
@@ -57,6 +60,7 @@ class Ids:
         """A copy whose bindings can be tried and then adopted or dropped."""
         copy = Ids(self.urls)
         copy.live = dict(self.live)
+        copy.values = dict(self.values)
         copy._recorded = dict(self._recorded)
         return copy
 
@@ -72,6 +76,10 @@ class Ids:
         for recorded, live in sorted(self.live.items(), key=lambda item: -len(item[0])):
             text = text.replace(recorded, live)
         return text
+
+    def expected(self, recorded: str) -> str:
+        """The live form of a recorded string value: its whole-value binding, or the text translated."""
+        return self.values.get(recorded) or self.translate(recorded)
 
 
 @dataclass(frozen=True)
@@ -269,7 +277,7 @@ class Comparison:
             if not is_iso_time(live):
                 yield Difference(path, "timestamp", f"expected an ISO timestamp, got {short(live)}", recorded, live)
         else:
-            expected = self.ids.translate(recorded)
+            expected = self.ids.expected(recorded)
             if live != expected:
                 yield Difference(path, "value", f"expected {short(expected)}, got {short(live)}", expected, live)
 

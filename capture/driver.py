@@ -8,6 +8,7 @@ the SDK in no fixed key order, so the transcripts write their keys sorted.
 """
 
 import asyncio
+import ipaddress
 import json
 import random
 import socket
@@ -29,6 +30,7 @@ from starlette.types import ASGIApp
 from a2a_bridge.app import Bridge
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SteppingClock
+from a2a_bridge.config import SecurityConfig
 from a2a_bridge.store import StoreConfig, Stores
 from agents.base import KitAgent
 from agents.catalog import sample_agents
@@ -40,6 +42,8 @@ SEED = 20261006
 KIT_HOSTS = {"test-runner": "localhost:41241", "code-reviewer": "localhost:41242", "deployer": "localhost:41243"}
 KIT_WEBHOOKS = "http://localhost:41250"
 OPERATOR_TOKEN = "ops_demo_5b9e"
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+"""Where the capture's webhook receiver listens: webhooks to private addresses are refused unless allowed."""
 WAIT = 20.0
 """Seconds any step of the driver may wait before the capture fails."""
 UNRECORDED_HEADERS = frozenset({"date", "server", "content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -149,6 +153,14 @@ class Hooks:
         return Starlette(routes=[Route("/{path:path}", receive, methods=["POST"])])
 
 
+def response_head(live: httpx.Response) -> tuple[str, int, str, Headers]:
+    """The status line and the headers a transcript records of a live response."""
+    kept = tuple(
+        (HEADER_NAMES.get(name, name.title()), value) for name, value in live.headers.items() if name not in UNRECORDED_HEADERS
+    )
+    return "HTTP/1.1", live.status_code, live.reason_phrase, Headers(kept)
+
+
 def _listening() -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -180,17 +192,36 @@ async def _served(apps: dict[str, tuple[ASGIApp, bool]]) -> AsyncIterator[dict[s
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+@dataclass
+class Determinism:
+    """What makes a capture repeatable: the server's seeded ids, the client's, the stepping clock and the pacer. One
+    is shared by the servers of a capture that restarts, so ids and times go on where they stopped."""
+
+    server_ids: SeededIds
+    client_ids: SeededIds
+    clock: SteppingClock
+    pacer: Pacer
+
+    @classmethod
+    def seeded(cls, seed: int = SEED) -> "Determinism":
+        return cls(SeededIds(seed), SeededIds(seed + 1), SteppingClock(START), Pacer())
+
+
 class Capture:
     """A deterministic bridge on loopback and a client that records every exchange as a transcript block."""
 
-    def __init__(self, bridge: Bridge, pacer: Pacer, hooks: Hooks, bases: dict[str, str], client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, bridge: Bridge, determinism: Determinism, hooks: Hooks, bases: dict[str, str], client: httpx.AsyncClient
+    ) -> None:
         self.bridge = bridge
-        self.pacer = pacer
+        self.determinism = determinism
+        self.pacer = determinism.pacer
         self.hooks = hooks
         self.bases = bases
         self.client = client
-        self.client_ids = SeededIds(SEED + 1)
         self.blocks: list[Recorded] = []
+        self.files: dict[str, str] = {}
+        """Outputs other than the transcript (`19-planner.log`, `17-signed-card.txt`), by file name."""
 
     @property
     def webhook_url(self) -> str:
@@ -198,7 +229,12 @@ class Capture:
 
     def message_id(self) -> str:
         """A client message id, from the client's own seeded generator."""
-        return self.client_ids()
+        return self.determinism.client_ids()
+
+    @property
+    def kit_bases(self) -> dict[str, str]:
+        """Each kit host's origin (`http://localhost:41241`) and the live base URL of its agent."""
+        return {f"http://{host}": self.bases[agent] for agent, host in KIT_HOSTS.items()}
 
     def start(self) -> None:
         """Begin a new transcript."""
@@ -214,14 +250,6 @@ class Capture:
     def display(self, text: str) -> str:
         """Text as the transcript shows it: the receiver's real address is the kit's webhook address."""
         return text.replace(self.webhook_url, KIT_WEBHOOKS)
-
-    def _head(self, live: httpx.Response) -> tuple[str, int, str, Headers]:
-        kept = tuple(
-            (HEADER_NAMES.get(name, name.title()), value)
-            for name, value in live.headers.items()
-            if name not in UNRECORDED_HEADERS
-        )
-        return "HTTP/1.1", live.status_code, live.reason_phrase, Headers(kept)
 
     async def send(
         self,
@@ -240,7 +268,7 @@ class Capture:
             method, self.bases[agent] + target, headers=[("Host", KIT_HOSTS[agent]), *headers],
             content=text.encode() if text else None,
         )
-        version, status, reason, kept = self._head(live)
+        version, status, reason, kept = response_head(live)
         try:
             parsed: Any = live.json()
             shown = self.display(pretty(canonical(parsed)))
@@ -254,15 +282,16 @@ class Capture:
 
     @asynccontextmanager
     async def stream(
-        self, agent: str, title: str, target: str, headers: list[tuple[str, str]], body: Any
+        self, agent: str, title: str, target: str, headers: list[tuple[str, str]], body: Any = None, method: str = "POST"
     ) -> AsyncIterator["Stream"]:
         """Open a streaming request; events are read (and recorded) through the yielded Stream."""
-        text = pretty(body)
+        text = pretty(body) if body is not None else ""
         async with self.client.stream(
-            "POST", self.bases[agent] + target, headers=[("Host", KIT_HOSTS[agent]), *headers], content=text.encode()
+            method, self.bases[agent] + target, headers=[("Host", KIT_HOSTS[agent]), *headers],
+            content=text.encode() if text else None,
         ) as live:
-            version, status, reason, kept = self._head(live)
-            block = Recorded(self._label(), title, self._request(agent, "POST", target, headers, text),
+            version, status, reason, kept = response_head(live)
+            block = Recorded(self._label(), title, self._request(agent, method, target, headers, text),
                              Response(version, status, reason, kept))
             self.blocks.append(block)
             yield Stream(self, block, live)
@@ -339,20 +368,21 @@ class Stream:
 
 
 @asynccontextmanager
-async def capture_server() -> AsyncIterator[Capture]:
-    """The bridge with seeded ids, a stepping clock from 2026-10-06T09:00:00Z and paced agents, on loopback."""
-    pacer = Pacer()
-    new_id = SeededIds(SEED)
-    specs = sample_agents(pace=1.0, new_id=new_id)
+async def capture_server(store: StoreConfig = StoreConfig(None), determinism: Determinism | None = None) -> AsyncIterator[Capture]:
+    """The bridge with seeded ids, a stepping clock from 2026-10-06T09:00:00Z and paced agents, on loopback; in memory
+    unless `store` names a database, which a second server given the same `determinism` starts again from."""
+    world = determinism or Determinism.seeded()
+    specs = sample_agents(pace=1.0, new_id=world.server_ids)
     for spec in specs:
         if isinstance(spec.executor, KitAgent):
-            spec.executor.pause = pacer.pause
+            spec.executor.pause = world.pacer.pause
     bridge = Bridge(
-        specs, Stores(StoreConfig(None)), SteppingClock(START), new_id,
+        specs, Stores(store), world.clock, world.server_ids,
         principals={OPERATOR_TOKEN: Principal("operator", kind="operator")},
+        security=SecurityConfig(webhook_networks=(LOOPBACK,)),
     )
     hooks = Hooks()
     apps: dict[str, tuple[ASGIApp, bool]] = {"bridge": (bridge.app(), True), "webhooks": (hooks.app(), False)}
     apps.update({name: (bridge.kit_app(name), False) for name in KIT_HOSTS})
     async with _served(apps) as bases, httpx.AsyncClient(timeout=WAIT) as client:
-        yield Capture(bridge, pacer, hooks, bases, client)
+        yield Capture(bridge, world, hooks, bases, client)

@@ -1,4 +1,5 @@
-"""`a2a-bridge capture [--check]`: record every scenario against our own server into capture/out/NN-name.http.
+"""`a2a-bridge capture [--check]`: record every scenario against our own server into capture/out/: a transcript
+`NN-name.http` per scenario, and the other files the kit has (17-signed-card.txt, 19-planner.log).
 
 The capture is deterministic (seeded ids, a stepping clock, agents paced by the driver), so `--check` records again
 into a temporary folder and compares the files byte for byte with the ones in capture/out.
@@ -7,34 +8,42 @@ into a temporary folder and compares the files byte for byte with the ones in ca
 import argparse
 import asyncio
 import logging
-import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from capture.driver import capture_server
-from capture.scenarios import record
-from capture.writer import render
+from capture.scenarios import SCENARIOS, record
 
 OUT = Path(__file__).resolve().parent / "out"
+OUTPUTS = ("*.http", "*.txt", "*.log")
+"""The kinds of file a capture writes, and --check compares."""
 
 
-async def capture_into(folder: Path) -> list[Path]:
-    """Record every scenario and write one transcript per scenario; returns the files written."""
+async def capture_into(folder: Path, started: Callable[[str], None] = lambda name: None) -> list[Path]:
+    """Record every scenario and write its files; returns the files written."""
     async with capture_server() as cap:
-        files = await record(cap)
+        files = await record(cap, started)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, (blocks, preamble) in files.items():
-        path = folder / f"{name}.http"
-        path.write_text(render(blocks, preamble), encoding="utf-8")
+    for name, text in files.items():
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
 
 
+def outputs(folder: Path) -> set[str]:
+    return {path.name for pattern in OUTPUTS for path in folder.glob(pattern)}
+
+
 def differing(expected: Path, actual: Path) -> list[str]:
-    """The names of transcripts that differ between two folders, or are in only one."""
-    names = sorted({p.name for p in expected.glob("*.http")} | {p.name for p in actual.glob("*.http")})
+    """The names of output files that differ between two folders, or are in only one."""
+    names = sorted(outputs(expected) | outputs(actual))
     return [
         name for name in names
         if not (expected / name).is_file() or not (actual / name).is_file()
@@ -50,21 +59,39 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     command.set_defaults(run=main, log_level="warning")
 
 
+def run_with_progress(folder: Path, console: Console) -> list[Path]:
+    """Capture into `folder` with a progress bar that names the scenario being recorded."""
+    with Progress(
+        TextColumn("[bold]capture"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task("", total=len(SCENARIOS))
+
+        def started(name: str) -> None:
+            progress.update(task, description=name, completed=[n for n, _ in SCENARIOS].index(name))
+
+        written = asyncio.run(capture_into(folder, started))
+        progress.update(task, completed=len(SCENARIOS))
+    return written
+
+
 def main(args: argparse.Namespace) -> int:
     """0 when written (or, with --check, identical); 1 when --check finds a difference."""
     for name in ("a2a", "a2a_bridge"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="The HMAC key is")
+    console = Console(highlight=False)
     if not args.check:
-        for path in asyncio.run(capture_into(args.out)):
-            print(f"wrote {path}")
+        for path in run_with_progress(args.out, console):
+            console.print(f"wrote {path}")
         return 0
     with tempfile.TemporaryDirectory(prefix="a2a-capture-") as temporary:
-        asyncio.run(capture_into(Path(temporary)))
+        run_with_progress(Path(temporary), console)
         changed = differing(args.out, Path(temporary))
     if changed:
-        print("capture differs from " + str(args.out) + ": " + ", ".join(changed), file=sys.stderr)
-        print("run `a2a-bridge capture` to record again, and review the difference", file=sys.stderr)
+        errors = Console(stderr=True, highlight=False)
+        errors.print(f"[bold red]capture differs from {args.out}:[/] " + ", ".join(changed))
+        errors.print("run `a2a-bridge capture` to record again, and review the difference")
         return 1
-    print(f"capture matches {args.out} byte for byte")
+    console.print(f"[green]capture matches {args.out} byte for byte[/] ({len(outputs(args.out))} files)")
     return 0

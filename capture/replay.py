@@ -8,13 +8,20 @@ Rules, in the order a transcript is played:
   live value at the same place, one to one, across the whole run; every bound id in a later request is replaced by its
   live value before the request is sent. Files are played in the order given and share their ids (the kit's 12 lists
   the tasks of 03–10).
+- Message ids: the server takes a `messageId` a caller sends again as a retry of that message and answers it with
+  what the first send produced, so every `"messageId"` in a request body is given a fresh live value the first time
+  the run meets it (a new UUID for a UUID, `ID-xxxxxxxx` otherwise), the same value for the rest of the run. A UUID is
+  bound like any id, so the history entries and claim evidence that echo it compare as bound ids; any other value is
+  bound as a whole string only. Replaying twice against one server therefore sends new messages each time; only
+  what depends on the store's earlier content differs (12 counts and lists the earlier run's tasks too, which
+  `capture/allow/rerun.toml` documents).
 - Comparison: status line, media type and the other recorded headers (not Host, Date, Server, Content-Length), then
   the body as JSON (`capture.compare`: ids bound, timestamps as timestamps, numbers by value, objects unordered) or
   as text; a stream's events are compared in order as the list `$[0]`, `$[1]`, …
 - Streams: a request recorded inside an open stream (07's approval) is sent once the stream has delivered the events
   recorded before it. A stream whose last recorded event ends it (a terminal state, INPUT_REQUIRED, a message, an
-  error) must then be closed by the server; any other stream was closed by the client (14), and the replayer closes
-  it after the recorded number of events.
+  error, a Task Status view whose phase is terminal) must then be closed by the server; any other stream was closed
+  by the client (14), and the replayer closes it after the recorded number of events.
 - Timing: a GetTask (JSON-RPC, or HTTP+JSON GET /tasks/{id}) whose recorded reply is a task is re-sent until the live
   task has the recorded state and as many parts in each artifact, or the deadline passes; the last reply is
   compared. Before a CancelTask or SubscribeToTask whose recorded reply shows the task's artifacts, the replayer
@@ -32,6 +39,7 @@ import json
 import re
 import threading
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,7 +53,7 @@ import httpx
 
 from capture import allowances
 from capture.allowances import AllowError, Allowed, AllowList
-from capture.compare import Difference, Ids, compare, short
+from capture.compare import UUID, Difference, Ids, compare, short
 from capture.transcript import Block, Headers, Response, Transcript, TranscriptError, load
 
 DEADLINE = 20.0
@@ -67,6 +75,7 @@ ENDING_STATES = frozenset(
 """States at which a stream closes."""
 _URL = re.compile(r"https?://[^\s\"'<>]+")
 _REST_TASK = re.compile(r"^(?P<prefix>.*)/tasks/(?P<id>[^/:]+)(?P<verb>:[a-zA-Z]+)?$")
+_MESSAGE_ID = re.compile(r'(?P<head>"messageId"\s*:\s*")(?P<id>[^"\\]*)"')
 
 
 class UsageError(ValueError):
@@ -238,6 +247,8 @@ def ends_stream(frame: Any) -> bool:
         return False
     if "message" in payload:
         return True
+    if isinstance(payload.get("status"), dict) and payload["status"].get("phase") == "terminal":
+        return True
     for key in ("statusUpdate", "task"):
         status = payload.get(key, {}).get("status", {}) if isinstance(payload.get(key), dict) else {}
         if status.get("state") in ENDING_STATES:
@@ -363,9 +374,24 @@ class Replayer:
             for name, value in recorded.headers
             if name.lower() not in ("host", "content-length")
         ]
-        text = self.ids.translate(recorded.body if body is None else body)
+        text = self.ids.translate(self.fresh_message_ids(recorded.body if body is None else body))
         url = base + self.ids.translate(recorded.target if target is None else target)
         return self.client.build_request(recorded.method, url, headers=headers, content=text.encode() if text else None)
+
+    def fresh_message_ids(self, text: str) -> str:
+        """The request text with each recorded messageId bound to a fresh live value, once per run (module docstring)."""
+
+        def fresh(found: re.Match[str]) -> str:
+            recorded = found["id"]
+            if not recorded or recorded in self.ids:
+                return found[0]
+            if UUID.fullmatch(recorded):
+                self.ids.bind(recorded, str(uuid.uuid4()))
+                return found[0]
+            live = self.ids.values.setdefault(recorded, f"{recorded}-{uuid.uuid4().hex[:8]}")
+            return f'{found["head"]}{live}"'
+
+        return _MESSAGE_ID.sub(fresh, text)
 
     def _exchange(self, script: Transcript, block: Block) -> None:
         started = time.monotonic()

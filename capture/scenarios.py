@@ -1,15 +1,39 @@
-"""The capture scenarios: what the kit's 01–18 show, plus Task Status and the claim view, run in order on one server.
+"""The capture scenarios: what the kit's 01–19 show, plus Task Status, the claim view and a reconcile, run in order.
 
 Each scenario drives the server step by step: an agent that would still be working is held at its next pause while
 the driver sends what the scenario shows (04's GetTask while working, 10's cancel after two log files, 14's dropped
 stream), and `settle` waits until no turn runs before the next step, so ids and clock readings come in one order.
+17 writes the deployer card's signature worked through as text, 19 records the planner's own traffic and its log,
+and 22 runs on a server of its own, on SQLite, that it stops and starts again.
+
+Not captured: a Task Status long poll answered by a change. A transcript plays its requests one after another, so
+the change would have to come from the agent's own progress while the poll waits, and a replay against a server that
+paces its agents in real time would see another revision; 20 shows the long poll's two immediate answers (no change
+within the wait: 304; an older ETag: 200 at once) and a change arriving on the status stream instead.
 """
 
+import asyncio
+import json
+import tempfile
+import warnings
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from capture.driver import OPERATOR_TOKEN, Capture
-from capture.writer import Recorded
+import httpx
+from a2a.client import AuthInterceptor
+from a2a.types import AgentCard
+from a2a.utils import signing
+from google.protobuf.json_format import ParseDict
+from jwt import api_jws
+from jwt.utils import base64url_decode, base64url_encode
+
+from a2a_bridge.planner import APPROVAL_URL, BearerToken, Planner
+from a2a_bridge.store import StoreConfig
+from agents.catalog import DEPLOYER_SIGNING_KEY, DEPLOYER_TOKEN
+from capture.driver import KIT_HOSTS, OPERATOR_TOKEN, SEED, WAIT, Capture, Determinism, canonical, capture_server
+from capture.transport import TITLE, RecordingTransport
+from capture.writer import pretty, render
 
 JSON = [("Content-Type", "application/json"), ("A2A-Version", "1.0")]
 DEPLOYER = [*JSON, ("Authorization", "Bearer dpl_test_7c1e4b")]
@@ -268,7 +292,30 @@ async def task_status(cap: Capture, seen: dict[str, Any]) -> list[str]:
     await cap.send("test-runner", "GET /tasks/{id}/status: unchanged", "GET", f"/tasks/{task_id}/status",
                    [("If-None-Match", tag)])
     await cap.send("test-runner", "GET /tasks/{id}/status: not found", "GET", f"/tasks/{NO_TASK}/status", [])
-    return ["The Task Status view of the task of 03: its ETag is its revision, and If-None-Match answers 304."]
+    block, _ = await cap.send("test-runner", "GET /tasks/{id}/status?wait=1: no change within the wait", "GET",
+                              f"/tasks/{task_id}/status?wait=1", [("If-None-Match", tag)])
+    block.narration.append("A long poll: the server holds the request until the revision moves past If-None-Match, "
+                           "or for `wait` seconds; this task has ended, so after 1 s it answers 304.")
+    block, _ = await cap.send("test-runner", "GET /tasks/{id}/status?wait=30: an older ETag", "GET",
+                              f"/tasks/{task_id}/status?wait=30", [("If-None-Match", '"1"')])
+    block.narration.append("The caller's revision is behind, so the long poll answers at once.")
+    parts = [{"text": "Review this diff of payments-api."}, {"raw": DIFF, "filename": "refunds.diff", "mediaType": "text/x-diff"}]
+    params = {"message": message(cap, "", parts=parts)}
+    _, reply = await cap.send("code-reviewer", "SendMessage: review a diff", "POST", RPC, JSON, rpc(1, "SendMessage", params))
+    review = result_task(reply)
+    await cap.settle()
+    async with cap.stream("code-reviewer", "GET /tasks/{id}/status/stream", f"/tasks/{review['id']}/status/stream",
+                          [("Accept", "text/event-stream")], method="GET") as events:
+        await events.take(1)
+        events.block.narration.append("The status stream sends the view now and at every change; the task waits for "
+                                      "input. The client cancels it while the stream stays open.")
+        cancel = cap.send("code-reviewer", "CancelTask", "POST", RPC, JSON, rpc(2, "CancelTask", {"id": review["id"]}))
+        block, _ = await events.inside(cancel)
+        block.narration.append("The stream sends the terminal view and closes.")
+        await events.rest()
+    await cap.settle()
+    return ["The Task Status view of the task of 03: its ETag is its revision, If-None-Match answers 304, and `wait` "
+            "makes it a long poll. Then the status stream of a review waiting for input, canceled while it is open."]
 
 
 async def claims(cap: Capture, seen: dict[str, Any]) -> list[str]:
@@ -283,6 +330,140 @@ async def claims(cap: Capture, seen: dict[str, Any]) -> list[str]:
                    f"/tasks/{task_id}/reconcile", operator, outcome)
     return ["The claim view of the task of 03, and reconcile refused: only an operator may report an outcome, and "
             "only for a task whose claim needs reconciliation."]
+
+
+async def signed_card(cap: Capture, seen: dict[str, Any]) -> list[str]:
+    """The deployer card of 01 worked through: canonical form, protected header, signature, verification."""
+    _, served = await cap.send("deployer", "the card", "GET", "/.well-known/agent-card.json", [], record=False)
+    card = ParseDict(served, AgentCard(), ignore_unknown_fields=True)
+    [signature] = card.signatures
+    form = signing._canonicalize_agent_card(card)
+    header_json = base64url_decode(signature.protected.encode()).decode()
+    payload = base64url_encode(form.encode()).decode()
+    resigned = api_jws.encode(form.encode(), DEPLOYER_SIGNING_KEY, "HS256", headers=json.loads(header_json))
+    verify = signing.create_signature_verifier(lambda kid, jku: DEPLOYER_SIGNING_KEY, ["HS256"])
+    changed = AgentCard()
+    changed.CopyFrom(card)
+    changed.version = "9.9.9"
+    wrong_key = signing.create_signature_verifier(lambda kid, jku: "another-key-of-32-bytes-or-more!!", ["HS256"])
+    unsigned = canonical({key: value for key, value in served.items() if key != "signatures"})
+    lines = [
+        "# 17 · The deployer's signed card: canonical form, protected header, signature and verification.",
+        "# Written by `a2a-bridge capture` from the card the deployer serves at http://localhost:41243 (01 #3), with",
+        "# the SDK's canonicalization (a2a.utils.signing over RFC 8785 JCS, a2a.utils._jcs), PyJWT's HS256 and the",
+        "# SDK's verifier (a2a.utils.signing.create_signature_verifier).",
+        "",
+        "## 1 · The card as served, without `signatures`",
+        pretty(unsigned),
+        "",
+        f"## 2 · Canonical form: the card without `signatures` and without empty values, as JCS ({len(form.encode())} bytes)",
+        form,
+        "",
+        "## 3 · Protected header",
+        f"base64url: {signature.protected}",
+        f"decoded:   {header_json}",
+        "",
+        "## 4 · Signature: HS256 over BASE64URL(protected header) . BASE64URL(canonical form)",
+        f"key:           {DEPLOYER_SIGNING_KEY!r} (the demo key of agents/catalog.py: {len(DEPLOYER_SIGNING_KEY)} bytes, where"
+        " HS256 wants 32 or more)",
+        f"signing input: {signature.protected}.{payload}",
+        f"signature:     {signature.signature}",
+        f"signed again here with PyJWT: {'the same signature' if resigned.rsplit('.', 1)[1] == signature.signature else resigned}",
+        "",
+        "## 5 · In the card",
+        pretty({"signatures": served["signatures"]}),
+        "",
+        "## 6 · Verification with the SDK's verifier (algorithms [\"HS256\"], key looked up by kid)",
+        f"the card as served:                {_verdict(verify, card)}",
+        f"the card with version 9.9.9:       {_verdict(verify, changed)}",
+        f"the card checked with another key: {_verdict(wrong_key, card)}",
+    ]
+    cap.files["17-signed-card.txt"] = "\n".join(lines) + "\n"
+    return []
+
+
+def _verdict(verify: Callable[[AgentCard], None], card: AgentCard) -> str:
+    """`valid`, or the verifier's error."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            verify(card)
+    except signing.SignatureVerificationError as error:
+        return f"{type(error).__name__}: {error}"
+    return "valid"
+
+
+async def planner(cap: Capture, seen: dict[str, Any]) -> list[str]:
+    """`a2a-bridge plan`'s Planner on the SDK client, its traffic recorded by the transport; the driver approves."""
+    transport = RecordingTransport(cap.kit_bases, {host: agent for agent, host in KIT_HOSTS.items()})
+    log: list[str] = []
+    asked: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def say(line: str) -> None:
+        log.append(line)
+        if line.startswith("  it needs approval") and not asked.done():
+            asked.set_result(line)
+
+    async with httpx.AsyncClient(transport=transport, timeout=WAIT) as http:
+
+        async def operator() -> None:
+            link = APPROVAL_URL.search(await asked)
+            assert link is not None
+            await http.post(link.group(0), content=b"{}", headers={"Content-Type": "application/json"},
+                            extensions={TITLE: "operator approves"})
+
+        run = Planner(http, say, interceptors=[AuthInterceptor(BearerToken(DEPLOYER_TOKEN))], approval_timeout=WAIT,
+                      message_id=cap.message_id)
+        async with asyncio.timeout(WAIT * 2):
+            completed, _ = await asyncio.gather(run.run(list(cap.kit_bases)), operator())
+    assert completed, log
+    approval = next(block for top in transport.blocks for _, block in top.inside if block.title == "operator approves")
+    approval.narration.append("An operator approves, outside A2A, while the planner's subscription stays open; this "
+                              "request is not the planner's.")
+    await cap.settle()
+    cap.blocks = transport.blocks
+    cap.files["19-planner.log"] = "\n".join(log) + "\n"
+    return ["The planner (`a2a-bridge plan`, on the SDK's client) reads the three cards and delegates run-tests, "
+            "review-diff and deploy; its decisions are in 19-planner.log. JSON-RPC ids are numbered here."]
+
+
+async def reconcile(cap: Capture, seen: dict[str, Any]) -> list[str]:
+    """A deploy cut off by a restart, found in needs_reconciliation, and an operator's reconcile."""
+    world = Determinism.seeded(SEED + 22)
+    operator = [("Authorization", f"Bearer {OPERATOR_TOKEN}")]
+    with tempfile.TemporaryDirectory(prefix="a2a-capture-") as folder:
+        store = StoreConfig.parse(f"sqlite:///{Path(folder) / 'capture.db'}")
+        async with capture_server(store, world) as first:
+            params = {"message": message(first, "Deploy build 2026.10.06-1 to staging")}
+            _, reply = await first.send("deployer", "SendMessage: deploy to staging", "POST", RPC, DEPLOYER,
+                                        rpc(1, "SendMessage", params))
+            task_id = result_task(reply)["id"]
+            await first.settle()
+            await first.pacer.hold()
+            arrivals = first.pacer.arrivals
+            block, _ = await first.send("deployer", "operator approves", "POST", f"/approve/{task_id}",
+                                        [("Content-Type", "application/json")], raw="{}")
+            await first.pacer.reach(arrivals + 1)
+            block.narration.append("The rollout starts. The server stops before it ends, cutting the turn off and "
+                                   "leaving its claim, and starts again on the same database.")
+            blocks = first.blocks
+        async with capture_server(store, world) as second:
+            await second.pacer.free()
+            second.blocks = blocks
+            get = rpc(2, "GetTask", {"id": task_id, "historyLength": 0})
+            block, _ = await second.send("deployer", "GetTask: after the restart", "POST", RPC, DEPLOYER, get)
+            block.narration.append("Repeating a deploy is not safe, so the bridge does not run it again: an operator "
+                                   "must find out what happened.")
+            await second.send("deployer", "GET /tasks/{id}/claim", "GET", f"/tasks/{task_id}/claim", operator)
+            outcome = {"outcome": "completed", "evidence": {"note": "build 2026.10.06-1 is live on staging",
+                                                            "checked_by": "ops on call"}}
+            await second.send("deployer", "POST /tasks/{id}/reconcile: completed", "POST", f"/tasks/{task_id}/reconcile",
+                              [("Content-Type", "application/json"), *operator], outcome)
+            await second.settle()
+            await second.send("deployer", "GetTask: reconciled", "POST", RPC, DEPLOYER, rpc(3, "GetTask", {"id": task_id, "historyLength": 0}))
+            cap.blocks = second.blocks
+    return ["A deploy whose server restarts mid-rollout (on SQLite, a server of its own): its claim needs "
+            "reconciliation, and an operator reports the outcome. Replaying it needs the same restart after #2."]
 
 
 SCENARIOS: list[tuple[str, Scenario]] = [
@@ -302,20 +483,27 @@ SCENARIOS: list[tuple[str, Scenario]] = [
     ("14-resubscribe", resubscribe),
     ("15-push", push),
     ("16-rest-binding", rest_binding),
+    ("17-signed-card", signed_card),
     ("18-extended-card", extended_card),
+    ("19-planner", planner),
     ("20-task-status", task_status),
     ("21-claims", claims),
+    ("22-reconcile", reconcile),
 ]
-"""In the kit's order: 12 lists the tasks that 03–10 created. 17 (the signed card) is shown by 01's deployer card,
-which our tests verify with the demo key; 19 (the planner) waits for `a2a-bridge plan`."""
+"""In the kit's order: 12 lists the tasks that 03–10 created."""
 
 
-async def record(cap: Capture) -> dict[str, tuple[list[Recorded], list[str]]]:
-    """Run every scenario in order; each file's blocks and opening narration."""
+async def record(cap: Capture, started: Callable[[str], None] = lambda name: None) -> dict[str, str]:
+    """Run every scenario in order (telling `started` each one's name); the text of each output file by name: the
+    scenario's transcript when it recorded blocks, and any other file it wrote."""
     seen: dict[str, Any] = {}
-    files: dict[str, tuple[list[Recorded], list[str]]] = {}
+    files: dict[str, str] = {}
     for name, scenario in SCENARIOS:
+        started(name)
         cap.start()
         preamble = await scenario(cap, seen)
-        files[name] = (cap.blocks, preamble)
+        if cap.blocks:
+            files[f"{name}.http"] = render(cap.blocks, preamble)
+        files.update(cap.files)
+        cap.files = {}
     return files

@@ -3,14 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import SHARED, ServerProcess
+from tests.support import LOOPBACK_WEBHOOKS, SHARED, ServerProcess
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A bridge on a fresh SQLite file, shared by the tests that only read or create their own tasks."""
+    """A bridge on a fresh SQLite file, shared by the tests that only read or create their own tasks; webhooks may
+    reach the kit tests' receiver on 127.0.0.1."""
     db = tmp_path_factory.mktemp("store") / "bridge.db"
-    process = ServerProcess(f"sqlite:///{db}").start()
+    process = ServerProcess(f"sqlite:///{db}", extra=LOOPBACK_WEBHOOKS).start()
     yield process
     process.stop()
 

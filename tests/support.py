@@ -21,6 +21,8 @@ T = TypeVar("T")
 
 A2A = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
+LOOPBACK_WEBHOOKS = ["--allow-webhook-network", "127.0.0.1/32"]
+"""Lets a server deliver webhooks to a receiver on 127.0.0.1, which the bridge refuses by default."""
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
@@ -45,10 +47,14 @@ def wait_for(check: Callable[[], T | None], timeout: float = 10.0, interval: flo
 class ServerProcess:
     """One `a2a-bridge serve` process; restartable on the same store and port."""
 
-    def __init__(self, store: str, pace: float = 0.2, extra: list[str] | None = None) -> None:
+    def __init__(
+        self, store: str, pace: float = 0.2, extra: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.store = store
         self.pace = pace
         self.extra = extra or []
+        self.env = env or {}
+        """Environment variables set for the server beside this process's own."""
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -62,7 +68,7 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         cmd = [sys.executable, "-m", "a2a_bridge", "serve", "--port", str(self.port), "--store", self.store,
                "--pace", str(self.pace), "--log-level", "warning", *self.extra]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         wait_for(self._up, timeout=30, what="server start")
         return self
 

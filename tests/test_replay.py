@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from capture.allowances import AllowError, load as load_allow
+from capture.allowances import AllowError, AllowList, load as load_allow
 from capture.compare import Difference, Ids, compare, path_matches
-from capture.replay import BlockResult, UsageError, parse_maps, replay
-from capture.transcript import load_all
-from tests.support import ServerProcess
+from capture.replay import BlockResult, Replayer, UsageError, parse_maps, replay
+from capture.transcript import load_all, parse
+from tests.support import LOOPBACK_WEBHOOKS, ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 BRIDGE_ALLOW = ROOT / "capture" / "allow" / "bridge.toml"
+RERUN_ALLOW = ROOT / "capture" / "allow" / "rerun.toml"
 KIT_AGENTS = {"localhost:41241": "test-runner", "localhost:41242": "code-reviewer", "localhost:41243": "deployer"}
 
 WRONG = """# Made up for this test: the recorded error message is not the one the server sends.
@@ -35,10 +36,32 @@ Content-Type: application/json
 """
 
 
+RETURN_AT_ONCE = """### 1 · SendMessage: return immediately, a messageId that is not a UUID
+POST /a2a/jsonrpc HTTP/1.1
+Host: localhost:41241
+Content-Type: application/json
+A2A-Version: 1.0
+
+{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"messageId": "readme-1", "role": "ROLE_USER",
+ "parts": [{"text": "Run the unit tests for payments-api at commit 9f3c2e1"}]}, "configuration": {"returnImmediately": true}}}
+
+HTTP/1.1 200 OK
+Content-Type: application/json
+
+{"result": {"task": {"id": "e00e234e-5e59-489a-ad44-e2fb935286cb", "contextId": "29dad220-15fd-463d-816d-b3f537bc7c43",
+ "status": {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-10-06T09:00:06Z"},
+ "history": [{"messageId": "readme-1", "contextId": "29dad220-15fd-463d-816d-b3f537bc7c43",
+  "taskId": "e00e234e-5e59-489a-ad44-e2fb935286cb", "role": "ROLE_USER",
+  "parts": [{"text": "Run the unit tests for payments-api at commit 9f3c2e1"}]}]}}, "id": 1, "jsonrpc": "2.0"}
+"""
+"""Made up for these tests: sent again with the same messageId, the server would answer with the first run's task,
+which has completed by then."""
+
+
 @pytest.fixture
 def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server of its own: the kit's 12 lists exactly the tasks that 03–10 created before it."""
-    process = ServerProcess("memory").start()
+    process = ServerProcess("memory", extra=LOOPBACK_WEBHOOKS).start()
     yield process
     process.stop()
 
@@ -167,3 +190,53 @@ def test_numbers_compare_by_value_and_lists_align() -> None:
     assert (extra.path, extra.kind) == ("$[0]", "unexpected item")
     [missing] = compare([1, 2, 3], [1, 3], ids)
     assert missing == Difference("$[1]", "missing item", "missing item 2", 2, None, ([1, 2, 3], [1, 3]))
+
+
+def test_the_kit_replays_twice_against_one_server(kit: Path, fresh_server: ServerProcess) -> None:
+    """Each run sends fresh messageIds, so the second is not answered as a retry of the first; only ListTasks sees the
+    first run's tasks, which rerun.toml documents."""
+    files = sorted(kit.glob("*.http"))
+    rerun = load_allow(RERUN_ALLOW)
+    allow = AllowList(load_allow(BRIDGE_ALLOW).entries + rerun.entries)
+    first = replay(files, maps_for(fresh_server), allow)
+    second = replay(files, maps_for(fresh_server), allow)
+
+    assert not failures(first) and not failures(second)
+    assert len(first) == len(second) == sum(len(script.blocks) for script in load_all(kit))
+    assert not [d for r in first for d, entry in r.allowed if entry in rerun.entries]
+    assert {(r.file, r.label, d.path) for r in second for d, entry in r.allowed if entry in rerun.entries} == {
+        ("12-list-tasks", "1", "$.result.totalSize"),
+        ("12-list-tasks", "2", "$.result.totalSize"),
+        ("12-list-tasks", "3", "$.result.totalSize"),
+        ("12-list-tasks", "3", "$.result.tasks[1]"),
+    }
+
+
+def test_every_run_gives_each_recorded_message_id_a_fresh_value(fresh_server: ServerProcess) -> None:
+    script = parse(RETURN_AT_ONCE, "90-readme")
+    sent = []
+    for _ in range(2):
+        replayer = Replayer(maps_for(fresh_server))
+        try:
+            [result] = replayer.run([script])
+        finally:
+            replayer.close()
+        assert result.passed, [str(d) for d in result.failures]
+        sent.append(replayer.ids.values["readme-1"])
+    assert sent[0] != sent[1] and all(value.startswith("readme-1-") for value in sent)
+
+
+def test_a_uuid_message_id_is_bound_like_an_id() -> None:
+    replayer = Replayer({"localhost:41241": "http://127.0.0.1:9"})
+    try:
+        body = '{"message": {"messageId": "bef204f0-906f-46d8-903d-083cb42919b5", "parts": []}}'
+        first = replayer.fresh_message_ids(body)
+        again = replayer.fresh_message_ids(body)
+    finally:
+        replayer.close()
+    live = replayer.ids["bef204f0-906f-46d8-903d-083cb42919b5"]
+    assert first == again == body
+    assert live != "bef204f0-906f-46d8-903d-083cb42919b5"
+    assert replayer.ids.translate(body) == body.replace("bef204f0-906f-46d8-903d-083cb42919b5", live)
+    echoed = {"history": [{"messageId": "bef204f0-906f-46d8-903d-083cb42919b5"}]}
+    assert compare(echoed, {"history": [{"messageId": live}]}, replayer.ids) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import A2A, ServerProcess, free_port, rpc
+from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, free_port, rpc
 
 DIFF = (
     "--- a/payments/refunds.py\n"
@@ -22,7 +22,7 @@ ASK_BASE = "Which base branch should I compare this diff against?"
 
 @pytest.fixture
 def bridge(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(f"sqlite:///{tmp_path}/b.db").start()
+    process = ServerProcess(f"sqlite:///{tmp_path}/b.db", extra=LOOPBACK_WEBHOOKS).start()
     yield process
     process.stop()
 

@@ -268,7 +268,9 @@ def test_review_step_for_another_user_raises_nothing_and_that_user_decides(bridg
     assert done["status"]["message"]["parts"][0]["text"] == "2 findings, not posted to the pull request"
 
 
-def test_anonymous_task_raises_for_its_anonymous_user_and_accepts_any_decider(bridge: ServerProcess) -> None:
+def test_anonymous_task_raises_for_its_anonymous_user_and_is_decided_by_anonymous_callers_or_the_named_user(
+    bridge: ServerProcess,
+) -> None:
     reviewer = bridge.agent("code-reviewer")
     mine = review(bridge, "Review this diff against main, ask me before posting", ANONYMOUS)
     theirs = review(bridge, "Review this diff against main, ask bob before posting", ANONYMOUS)
@@ -277,9 +279,12 @@ def test_anonymous_task_raises_for_its_anonymous_user_and_accepts_any_decider(br
     assert kinds(mine_status) == [("review_required", None)]
     assert status_of(reviewer, theirs["id"], ANONYMOUS)["status"]["notifications"] == []
 
-    # An anonymous task has no identity to check: any caller may decide, whoever the step names.
+    # Every anonymous caller shares an anonymous task, so any of them decides; a named user decides the step that
+    # names them; any other principal is told the task does not exist.
+    assert answer(reviewer, mine["id"], "review", {"decision": "discard"}, ALICE).status_code == 404
+    assert answer(reviewer, theirs["id"], "review", {"decision": "discard"}, ALICE).status_code == 404
     assert answer(reviewer, mine["id"], "review", {"decision": "discard"}, ANONYMOUS).status_code == 200
-    assert answer(reviewer, theirs["id"], "review", {"decision": "discard"}, ALICE).status_code == 200
+    assert answer(reviewer, theirs["id"], "review", {"decision": "discard"}, BOB).status_code == 200
 
     def both_ended() -> bool:
         return all(

@@ -1,0 +1,225 @@
+"""Security configuration: principals (bearer tokens of users, agents and operators), whether every agent requires a
+token, the networks webhooks may reach, and the request limits. Read from a TOML file and the environment;
+docs/security.md describes both."""
+
+import ipaddress
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from a2a_bridge.auth import KINDS, RESERVED_NAMES, Principal
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+ENV_PREFIX = "A2A_BRIDGE_"
+ENV_CONFIG = "A2A_BRIDGE_CONFIG"
+ENV_PRINCIPALS = "A2A_BRIDGE_PRINCIPALS"
+ENV_REQUIRE_AUTH = "A2A_BRIDGE_REQUIRE_AUTH"
+ENV_OPERATOR_TOKEN = "A2A_BRIDGE_OPERATOR_TOKEN"
+ENV_WEBHOOK_NETWORKS = "A2A_BRIDGE_ALLOW_WEBHOOK_NETWORKS"
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+MAX_NAME = 255
+"""Characters of a principal's name: the stores keep it as a task's owner in a column of this size."""
+MAX_PRINCIPALS = 10_000
+"""More principals than any file this server is meant for; a bound on every loop over them."""
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the file or variable and the entry."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry and one principal may hold open."""
+
+    max_body_bytes: int = 1_048_576
+    """Bytes of a request body, on every path of every agent (HTTP 413 past it)."""
+    max_parts: int = 64
+    """Parts in one message (-32602 on message.parts)."""
+    max_text_bytes: int = 262_144
+    """UTF-8 bytes of one text part (-32602 on message.parts[i].text)."""
+    max_history: int = 100
+    """Messages of history a task is returned with; a larger historyLength is -32602."""
+    max_streams: int = 32
+    """Streams one principal holds open at once, across agents: SendStreamingMessage, SubscribeToTask and the status
+    stream (HTTP 429 past it). Every anonymous caller is one principal."""
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """Everything the security configuration decides."""
+
+    principals: dict[str, Principal] = field(default_factory=dict)
+    """Bearer token to principal; recognised by every agent."""
+    require_auth: bool = False
+    webhook_networks: tuple[Network, ...] = ()
+    """Networks webhooks may reach beyond public addresses (loopback, private and link-local are refused otherwise)."""
+    limits: Limits = field(default_factory=Limits)
+
+
+def parse_bool(text: str, where: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ConfigError(f"{where}: expected true or false, got {text!r}")
+
+
+def parse_network(text: str, where: str) -> Network:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {text!r} is not an address or a network (CIDR)") from e
+
+
+def make_principal(token: str, name: str, kind: str, acts_for: list[str], where: str) -> Principal:
+    """A principal, checked: a non-empty token and name, a known kind, `acts_for` only on agents."""
+    if not token or any(c.isspace() for c in token):
+        raise ConfigError(f"{where}: the token must be non-empty and hold no whitespace")
+    if not name or name in RESERVED_NAMES:
+        raise ConfigError(f"{where}: the name must be non-empty and not anonymous")
+    if len(name) > MAX_NAME or not name.isprintable():
+        raise ConfigError(f"{where}: the name must be printable and at most {MAX_NAME} characters")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if acts_for and kind != "agent":
+        raise ConfigError(f"{where}: only an agent principal acts for people (acts_for)")
+    if any(not isinstance(person, str) or not person for person in acts_for):
+        raise ConfigError(f"{where}: acts_for must list user names")
+    return Principal(name, kind=kind, acts_for=frozenset(acts_for))
+
+
+def env_principals(text: str) -> dict[str, Principal]:
+    """`KIND:NAME=TOKEN` entries separated by whitespace or `;`; an agent names the people it acts for as
+    `agent:NAME>PERSON+PERSON=TOKEN`."""
+    principals: dict[str, Principal] = {}
+    entries = text.replace(";", " ").split()
+    if len(entries) > MAX_PRINCIPALS:
+        raise ConfigError(f"{ENV_PRINCIPALS}: more than {MAX_PRINCIPALS} entries")
+    for index, entry in enumerate(entries):
+        where = f"{ENV_PRINCIPALS} entry {index + 1}"
+        who, equals, token = entry.partition("=")
+        kind, colon, name = who.partition(":")
+        if not equals or not colon:
+            raise ConfigError(f"{where}: expected KIND:NAME=TOKEN")
+        name, _, persons = name.partition(">")
+        principals[token] = make_principal(token, name, kind, [p for p in persons.split("+") if p], where)
+    return principals
+
+
+def file_principals(entries: Any, where: str, environ: Mapping[str, str]) -> dict[str, Principal]:
+    """The `[[principal]]` tables of a file: name, kind, token (or token_env, a variable holding it), acts_for."""
+    if not isinstance(entries, list) or len(entries) > MAX_PRINCIPALS:
+        raise ConfigError(f"{where}: principal must be an array of tables ([[principal]])")
+    principals: dict[str, Principal] = {}
+    for index, entry in enumerate(entries):
+        at = f"{where} principal {index + 1}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at}: expected a table")
+        unknown = set(entry) - {"name", "kind", "token", "token_env", "acts_for"}
+        if unknown:
+            raise ConfigError(f"{at}: unknown keys {', '.join(sorted(unknown))}")
+        token = entry.get("token")
+        if "token_env" in entry:
+            token = environ.get(str(entry["token_env"]))
+            if token is None:
+                raise ConfigError(f"{at}: the variable {entry['token_env']} is not set")
+        acts_for = entry.get("acts_for", [])
+        if not isinstance(token, str) or not isinstance(acts_for, list):
+            raise ConfigError(f"{at}: token must be a string and acts_for a list of names")
+        if token in principals:
+            raise ConfigError(f"{at}: the same token is given twice")
+        name, kind = str(entry.get("name", "")), str(entry.get("kind", "user"))
+        principals[token] = make_principal(token, name, kind, acts_for, at)
+    return principals
+
+
+def limits_from(values: Mapping[str, Any], base: Limits, where: str) -> Limits:
+    """`base` with the limits `values` names (positive integers)."""
+    names = {f.name for f in fields(Limits)}
+    changes: dict[str, int] = {}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(f"{where}: unknown limit {key!r} (known: {', '.join(sorted(names))})")
+        try:
+            number = int(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: {key} must be a positive integer") from e
+        if isinstance(value, bool) or number < 1:
+            raise ConfigError(f"{where}: {key} must be a positive integer")
+        changes[key] = number
+    return replace(base, **changes)
+
+
+def from_file(path: Path, base: SecurityConfig, environ: Mapping[str, str]) -> SecurityConfig:
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot be read ({e.strerror})") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: not valid TOML ({e})") from e
+    unknown = set(data) - {"require_auth", "principal", "webhooks", "limits", "remote"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+    config = base
+    if "require_auth" in data:
+        if not isinstance(data["require_auth"], bool):
+            raise ConfigError(f"{where}: require_auth must be true or false")
+        config = replace(config, require_auth=data["require_auth"])
+    if "principal" in data:
+        config = replace(config, principals={**config.principals, **file_principals(data["principal"], where, environ)})
+    webhooks = data.get("webhooks", {})
+    if not isinstance(webhooks, dict) or set(webhooks) - {"allow_networks"}:
+        raise ConfigError(f"{where}: [webhooks] takes allow_networks only")
+    networks = webhooks.get("allow_networks", [])
+    if not isinstance(networks, list):
+        raise ConfigError(f"{where}: webhooks.allow_networks must be a list of CIDR strings")
+    config = replace(
+        config, webhook_networks=(*config.webhook_networks, *(parse_network(str(n), where) for n in networks))
+    )
+    limits = data.get("limits", {})
+    if not isinstance(limits, dict):
+        raise ConfigError(f"{where}: [limits] must be a table")
+    return replace(config, limits=limits_from(limits, config.limits, f"{where} [limits]"))
+
+
+def from_environment(environ: Mapping[str, str], base: SecurityConfig) -> SecurityConfig:
+    """`base` with what the A2A_BRIDGE_* variables set (docs/security.md lists them)."""
+    config = base
+    if ENV_REQUIRE_AUTH in environ:
+        config = replace(config, require_auth=parse_bool(environ[ENV_REQUIRE_AUTH], ENV_REQUIRE_AUTH))
+    if ENV_PRINCIPALS in environ:
+        config = replace(config, principals={**config.principals, **env_principals(environ[ENV_PRINCIPALS])})
+    if ENV_WEBHOOK_NETWORKS in environ:
+        listed = environ[ENV_WEBHOOK_NETWORKS].replace(",", " ").split()
+        added = tuple(parse_network(n, ENV_WEBHOOK_NETWORKS) for n in listed)
+        config = replace(config, webhook_networks=(*config.webhook_networks, *added))
+    limits = {
+        f.name: environ[f"{ENV_PREFIX}{f.name.upper()}"]
+        for f in fields(Limits)
+        if f"{ENV_PREFIX}{f.name.upper()}" in environ
+    }
+    return replace(config, limits=limits_from(limits, config.limits, "environment"))
+
+
+def check_delegates(config: SecurityConfig) -> None:
+    """Every person an agent acts for is a configured user."""
+    users = {p.name for p in config.principals.values() if p.kind == "user"}
+    for principal in config.principals.values():
+        missing = sorted(principal.acts_for - users)
+        if missing:
+            raise ConfigError(f"agent {principal.name} acts for {', '.join(missing)}, who has no user token")
+
+
+def load(path: Path | None, environ: Mapping[str, str], base: SecurityConfig | None = None) -> SecurityConfig:
+    """Defaults (or `base`), then the file (`path`, else $A2A_BRIDGE_CONFIG), then the environment."""
+    config = base or SecurityConfig()
+    chosen = path or (Path(environ[ENV_CONFIG]) if environ.get(ENV_CONFIG) else None)
+    if chosen is not None:
+        config = from_file(chosen, config, environ)
+    return from_environment(environ, config)

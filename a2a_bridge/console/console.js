@@ -1,0 +1,433 @@
+// The operator console: signs in with the operator's token (kept in sessionStorage), follows the server's change feed
+// (/console/api/stream, Server-Sent Events read through fetch so that the token goes in a header), and calls the
+// agents' own endpoints for approve, reconcile and cancel.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'a2a-bridge.operator-token';
+  const MAX_ROWS = 200;
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    rows: new Map(),
+    feed: null,
+    openTask: null,
+    loading: null,
+    reload: false,
+  };
+  const $ = (selector, root = document) => root.querySelector(selector);
+
+  function el(tag, props = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === 'class') node.className = value;
+      else if (key === 'text') node.textContent = value;
+      else if (key === 'on') for (const [name, handler] of Object.entries(value)) node.addEventListener(name, handler);
+      else if (key.includes('-') || ['title', 'href', 'type', 'role', 'name', 'placeholder'].includes(key)) node.setAttribute(key, value);
+      else node[key] = value;
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const shortState = (name) => (name || '').replace(/^TASK_STATE_/, '');
+  const shortId = (id) => (id.length > 13 ? `${id.slice(0, 8)}…` : id);
+  const time = (stamp) => (stamp ? new Date(stamp).toISOString().slice(11, 19) : '');
+
+  function badge(name) {
+    const label = shortState(name);
+    return el('span', { class: `badge state-${label.toLowerCase()}`, text: label });
+  }
+
+  function notificationLabel(notification) {
+    return notification.kind + (notification.provider ? `: ${notification.provider}` : '');
+  }
+
+  function phaseLabel(status) {
+    return status.phase + (status.terminal_reason ? ` (${status.terminal_reason})` : '');
+  }
+
+  function claimLabel(claim) {
+    const pending = claim.cancellation_requested && claim.state !== 'cancelled';
+    return claim.state.replace(/_/g, ' ') + (pending ? ' · cancel requested' : '');
+  }
+
+  // --- the server ---------------------------------------------------------------------------------------------
+
+  class SignedOut extends Error {}
+
+  async function call(path, options = {}) {
+    const headers = { ...(options.headers || {}), Authorization: `Bearer ${state.token}` };
+    const response = await fetch(path, { ...options, headers });
+    if (response.status === 401 || response.status === 403) {
+      signOut(response.status === 403 ? 'That token is not the operator’s.' : 'The server did not accept that token.');
+      throw new SignedOut();
+    }
+    let body = null;
+    try {
+      body = await response.json();
+    } catch {
+      body = null;
+    }
+    if (!response.ok) throw new Error((body && body.error && body.error.message) || `HTTP ${response.status}`);
+    return body;
+  }
+
+  function setFeed(mode) {
+    const feed = $('#feed');
+    feed.className = `feed ${mode}`;
+    feed.textContent = { live: 'live', connecting: 'connecting…', reconnecting: 'reconnecting…', off: 'offline' }[mode];
+  }
+
+  // The server ends the feed every half minute; a feed that ended is opened again at once (its first frame is a full
+  // snapshot), one that failed after a second.
+  async function openFeed() {
+    const controller = new AbortController();
+    state.feed = controller;
+    if (!$('#feed').classList.contains('live')) setFeed('connecting');
+    let ended = false;
+    try {
+      const response = await fetch('api/stream', {
+        headers: { Authorization: `Bearer ${state.token}` },
+        signal: controller.signal,
+      });
+      if (response.status === 401 || response.status === 403) {
+        signOut('The server did not accept that token.');
+        return;
+      }
+      if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+      setFeed('live');
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf('\n\n')) >= 0) {
+          onFrame(buffer.slice(0, cut));
+          buffer = buffer.slice(cut + 2);
+        }
+      }
+      ended = true;
+    } catch (error) {
+      if (controller.signal.aborted) return;
+    }
+    if (state.feed !== controller) return;
+    if (!ended) setFeed('reconnecting');
+    setTimeout(() => {
+      if (state.feed === controller) openFeed();
+    }, ended ? 0 : 1000);
+  }
+
+  function onFrame(frame) {
+    let event = 'message';
+    let data = '';
+    for (const line of frame.split('\n')) {
+      if (line.startsWith('event:')) event = line.slice(6).trim();
+      else if (line.startsWith('data:')) data += line.slice(5).trim();
+    }
+    if (event !== 'tasks' || !data) return;
+    const body = JSON.parse(data);
+    if (body.snapshot) state.rows.clear();
+    for (const row of body.tasks) state.rows.set(row.id, row);
+    renderTasks(new Set(body.snapshot ? [] : body.tasks.map((row) => row.id)));
+    if (state.openTask && body.tasks.some((row) => row.id === state.openTask)) loadTask(state.openTask);
+  }
+
+  // --- actions --------------------------------------------------------------------------------------------------
+
+  function notice(text, error = false) {
+    const box = $('#notice');
+    box.textContent = text;
+    box.className = error ? 'notice error' : 'notice';
+    const detail = $('#task-notice');
+    if (detail) {
+      detail.textContent = text;
+      detail.className = error ? 'notice error' : 'notice';
+    }
+  }
+
+  async function act(action, row, body) {
+    const paths = {
+      approve: `/${row.agent}/approve/${row.id}`,
+      cancel: `/${row.agent}/tasks/${row.id}/cancel`,
+      reconcile: `/${row.agent}/tasks/${row.id}/reconcile`,
+    };
+    const options = { method: 'POST' };
+    if (body) {
+      options.body = JSON.stringify(body);
+      options.headers = { 'Content-Type': 'application/json' };
+    }
+    try {
+      const answer = await call(paths[action], options);
+      const done = {
+        approve: `Approved ${row.id.slice(0, 8)}; the deploy resumes.`,
+        cancel: answer && shortState(answer.state) === 'CANCELED'
+          ? `Canceled ${row.id.slice(0, 8)}.`
+          : `Cancel recorded for ${row.id.slice(0, 8)}; reconcile it as cancelled once the work has stopped.`,
+        reconcile: `Reconciled ${row.id.slice(0, 8)}: claim ${answer && answer.state}.`,
+      }[action];
+      notice(done);
+      if (state.openTask === row.id) loadTask(row.id);
+    } catch (error) {
+      if (!(error instanceof SignedOut)) notice(`${action} failed: ${error.message}`, true);
+    }
+  }
+
+  function actionButtons(row) {
+    const buttons = [];
+    const disable = (event) => {
+      event.currentTarget.disabled = true;
+    };
+    if (row.actions.includes('approve')) {
+      buttons.push(el('button', {
+        type: 'button', class: 'primary', 'data-action': 'approve', text: 'Approve',
+        on: { click: (event) => { disable(event); act('approve', row); } },
+      }));
+    }
+    if (row.actions.includes('reconcile')) {
+      buttons.push(el('a', { class: 'button', href: `#/tasks/${row.id}`, 'data-action': 'reconcile', text: 'Reconcile…' }));
+    }
+    if (row.actions.includes('cancel')) {
+      buttons.push(el('button', {
+        type: 'button', class: 'danger', 'data-action': 'cancel', text: 'Cancel',
+        on: { click: (event) => { disable(event); act('cancel', row); } },
+      }));
+    }
+    return buttons;
+  }
+
+  // --- the list ---------------------------------------------------------------------------------------------------
+
+  function renderTasks(changed) {
+    const rows = [...state.rows.values()].sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+    for (const stale of rows.slice(MAX_ROWS)) state.rows.delete(stale.id);
+    const body = $('#tasks tbody');
+    body.replaceChildren(...rows.slice(0, MAX_ROWS).map((row) => {
+      const tr = el('tr', { 'data-task-id': row.id, 'data-state': shortState(row.state), class: changed.has(row.id) ? 'changed' : '' },
+        el('td', { class: 'task' },
+          el('a', { href: `#/tasks/${row.id}`, title: row.id, class: 'mono', text: shortId(row.id) }),
+          el('div', { class: 'message', text: row.message, title: row.message })),
+        el('td', { class: 'agent', text: row.agent }),
+        el('td', { class: 'state' }, badge(row.state)),
+        el('td', { class: 'phase', text: phaseLabel(row.status) }),
+        el('td', { class: 'notifications' }, row.status.notifications.map((n) => el('span', { class: 'chip', text: notificationLabel(n) }))),
+        el('td', { class: 'claim', 'data-claim': row.claim.state, text: claimLabel(row.claim) }),
+        el('td', { class: 'generation num', text: String(row.claim.claim_generation) }),
+        el('td', { class: 'lease mono', text: time(row.claim.lease_until) }),
+        el('td', { class: 'actions' }, actionButtons(row)));
+      return tr;
+    }));
+    $('#no-tasks').hidden = rows.length > 0;
+  }
+
+  // --- one task -------------------------------------------------------------------------------------------------
+
+  function partView(part) {
+    if (part.text !== undefined) return el('pre', { class: 'part text', text: part.text });
+    if (part.data !== undefined) return el('pre', { class: 'part data', text: JSON.stringify(part.data, null, 2) });
+    if (part.url !== undefined) return el('a', { class: 'part', href: part.url, text: part.url });
+    if (part.raw !== undefined) return el('p', { class: 'part hint', text: `${part.mediaType || 'file'} (${Math.round(part.raw.length * 0.75)} bytes)` });
+    return el('pre', { class: 'part', text: JSON.stringify(part) });
+  }
+
+  function section(title, count, ...content) {
+    return el('section', { class: 'block' }, el('h2', {}, title, count !== null ? el('span', { class: 'count', text: ` ${count}` }) : null), ...content);
+  }
+
+  function facts(pairs) {
+    return el('dl', { class: 'facts' }, pairs.flatMap(([term, value, cls]) => [
+      el('dt', { text: term }),
+      el('dd', { class: cls || '' }, value),
+    ]));
+  }
+
+  function reconcileForm(row) {
+    const form = $('#reconcile-template').content.firstElementChild.cloneNode(true);
+    const pairs = $('.pairs', form);
+    const addPair = (key = '', value = '') => {
+      pairs.append(el('div', { class: 'pair' },
+        el('input', { name: 'key', placeholder: 'key', value: key, 'aria-label': 'evidence key' }),
+        el('input', { name: 'value', placeholder: 'value', value, 'aria-label': 'evidence value' })));
+    };
+    addPair('note', '');
+    addPair('checked_by', '');
+    $('.add-pair', form).addEventListener('click', () => addPair());
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      const evidence = {};
+      for (const pair of form.querySelectorAll('.pair')) {
+        const key = pair.querySelector('[name=key]').value.trim();
+        const value = pair.querySelector('[name=value]').value.trim();
+        if (key && value) evidence[key] = value;
+      }
+      if (!Object.keys(evidence).length) {
+        notice('Reconcile needs at least one item of evidence.', true);
+        return;
+      }
+      form.querySelector('[type=submit]').disabled = true;
+      act('reconcile', row, { outcome: form.outcome.value, evidence });
+    });
+    return form;
+  }
+
+  async function loadTask(id) {
+    if (state.loading === id) {
+      state.reload = true;
+      return;
+    }
+    state.loading = id;
+    try {
+      const detail = await call(`api/tasks/${encodeURIComponent(id)}`);
+      if (state.openTask === id) renderTask(detail);
+    } catch (error) {
+      if (!(error instanceof SignedOut) && state.openTask === id) {
+        $('#task').replaceChildren(el('p', { class: 'error', text: `Could not load task ${id}: ${error.message}` }));
+      }
+    } finally {
+      state.loading = null;
+    }
+    if (state.reload && state.openTask === id) {
+      state.reload = false;
+      loadTask(id);
+    }
+  }
+
+  function renderTask(detail) {
+    const { row, task, claim } = detail;
+    state.rows.set(row.id, row);
+    const container = $('#task');
+    const kept = container.querySelector('form.reconcile');
+    const history = task.history || [];
+    const artifacts = task.artifacts || [];
+    const chips = row.status.notifications.map((n) => el('span', { class: 'chip', text: notificationLabel(n) }));
+    const statusCard = el('div', { class: 'card' }, el('h3', { text: 'A2A and Task Status' }), facts([
+      ['agent', row.agent],
+      ['A2A state', shortState(row.state)],
+      ['phase', phaseLabel(row.status), 'phase'],
+      ['revision', row.status.revision],
+      ['notifications', chips.length ? chips : 'none'],
+      ['created', `${new Date(row.created_at).toISOString().replace('T', ' ').slice(0, 19)} UTC`],
+    ]));
+    const claimCard = el('div', { class: 'card' }, el('h3', { text: 'Claim' }), facts([
+      ['state', claimLabel(claim), 'claim-state'],
+      ['generation', String(claim.claim_generation)],
+      ['session', String(claim.session_generation)],
+      ['lease until', claim.lease_until ? `${time(claim.lease_until)} UTC` : '—'],
+      ['stage', claim.stage || '—'],
+    ]));
+    const messages = el('ol', { class: 'history' }, history.map((message) => {
+      const role = (message.role || '').replace('ROLE_', '').toLowerCase();
+      return el('li', { class: `message-${role}` }, el('span', { class: 'role', text: role }), el('div', {}, (message.parts || []).map(partView)));
+    }));
+    const outputs = artifacts.length
+      ? artifacts.map((artifact) => el('div', { class: 'artifact', 'data-artifact': artifact.artifactId },
+        el('h3', { text: artifact.name || artifact.artifactId }), (artifact.parts || []).map(partView)))
+      : el('p', { class: 'hint', text: 'No artifacts.' });
+    const eventRows = claim.events.map((event) => el('tr', { 'data-operation': event.operation },
+      el('td', { class: 'mono', text: time(event.at) }),
+      el('td', { class: 'num', text: String(event.claim_generation) }),
+      el('td', { class: 'operation', text: event.operation }),
+      el('td', { text: event.state.replace(/_/g, ' ') }),
+      el('td', {}, el('code', { class: 'evidence-json', text: JSON.stringify(event.evidence) }))));
+    const events = el('div', { class: 'scroll' }, el('table', { class: 'events' },
+      el('thead', {}, el('tr', {}, ['at', 'gen', 'operation', 'state', 'evidence'].map((h) => el('th', { text: h })))),
+      el('tbody', {}, eventRows)));
+    const view = el('div', { 'data-task-id': row.id, 'data-state': shortState(row.state) },
+      el('div', { class: 'heading' }, el('h1', {}, 'Task ', el('code', { text: row.id })), badge(row.state)),
+      el('p', { class: 'status-message', text: row.message || '(no status message)' }),
+      el('p', { id: 'task-notice', class: 'notice', role: 'status' }),
+      el('div', { class: 'columns' }, statusCard, claimCard),
+      el('div', { class: 'actions' }, actionButtons(row).filter((node) => node.dataset.action !== 'reconcile')),
+      row.actions.includes('reconcile') ? (kept || reconcileForm(row)) : null,
+      section('History', history.length, messages),
+      section('Artifacts', artifacts.length, outputs),
+      section('Claim events', claim.events.length, events));
+    container.replaceChildren(view);
+  }
+
+  // --- pages ----------------------------------------------------------------------------------------------------
+
+  function show(id) {
+    for (const section of ['#sign-in', '#tasks-view', '#task-view']) $(section).hidden = section !== id;
+  }
+
+  function route() {
+    if (!state.token) {
+      show('#sign-in');
+      return;
+    }
+    const match = location.hash.match(/^#\/tasks\/(.+)$/);
+    state.openTask = match ? decodeURIComponent(match[1]) : null;
+    if (state.openTask) {
+      show('#task-view');
+      $('#task').replaceChildren(el('p', { class: 'hint', text: 'Loading…' }));
+      loadTask(state.openTask);
+    } else {
+      show('#tasks-view');
+      renderTasks(new Set());
+    }
+  }
+
+  function start() {
+    $('#sign-out').hidden = false;
+    route();
+    openFeed();
+  }
+
+  function signOut(message = '') {
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.token = null;
+    state.rows.clear();
+    if (state.feed) state.feed.abort();
+    state.feed = null;
+    setFeed('off');
+    $('#sign-out').hidden = true;
+    $('#sign-in-error').textContent = message;
+    route();
+  }
+
+  async function signIn(event) {
+    event.preventDefault();
+    state.token = $('#token').value.trim();
+    try {
+      await call('api/tasks?limit=1');
+    } catch (error) {
+      if (!(error instanceof SignedOut)) {
+        $('#sign-in-error').textContent = `Could not sign in: ${error.message}`;
+        state.token = null;
+      }
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    $('#token').value = '';
+    $('#sign-in-error').textContent = '';
+    start();
+  }
+
+  async function showDemoHint() {
+    try {
+      const info = await (await fetch('api/info')).json();
+      if (info.demo_token) {
+        const hint = $('#demo-hint');
+        hint.replaceChildren('This server runs with the demo operator token ', el('code', { text: info.demo_token }),
+          ' (the default of ', el('code', { text: '--operator-token' }), '). Outside a demo, start it with a token of your own.');
+        hint.hidden = false;
+      }
+    } catch {
+      // the hint is a convenience; the form works without it
+    }
+  }
+
+  $('#sign-in-form').addEventListener('submit', signIn);
+  $('#sign-out').addEventListener('click', () => signOut());
+  window.addEventListener('hashchange', route);
+  showDemoHint();
+  if (state.token) start();
+  else route();
+})();

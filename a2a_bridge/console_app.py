@@ -1,0 +1,253 @@
+"""The operator console at /console/: the static page (a2a_bridge/console/), and the operator-only JSON API and change
+feed behind it.
+
+Every API path but `/console/api/info` asks for the operator's bearer token (401 without a known token, 403 for a
+principal that is not the operator). The page keeps the token in sessionStorage. Its actions call the agents' own
+endpoints: `POST /deployer/approve/{id}`, `POST /{agent}/tasks/{id}/reconcile` and `POST /{agent}/tasks/{id}/cancel`.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from a2a.types import Task
+from google.protobuf.json_format import MessageToDict
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from a2a_bridge.auth import Principal, bearer_token, owner_context
+from a2a_bridge.bridge_routes import BridgeEndpoints, claim_view, not_found, problem
+from a2a_bridge.claims import AWAITING_REPLY, NEEDS_RECONCILIATION
+from a2a_bridge.clock import iso
+from a2a_bridge.ledger import Ledger, TaskRecord
+from a2a_bridge.states import is_terminal, state_name
+from a2a_bridge.task_host import TaskHost
+from a2a_bridge.task_status import action_requests, status_object
+
+if TYPE_CHECKING:
+    from a2a_bridge.app import Bridge
+
+FILES = Path(__file__).resolve().parent / "console"
+POLL = 0.5
+"""Seconds between the change feed's reads of the ledger."""
+KEEPALIVE = 15.0
+"""Seconds a quiet change feed waits before it sends a comment line."""
+FEED_LIFETIME = 30.0
+"""Seconds after which the change feed ends and the page opens it again: uvicorn waits for open responses before it
+stops, so a console left open delays a shutdown by at most this long."""
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 500
+
+Signature = tuple[int, str, int, str | None, bool]
+
+
+def signature(record: TaskRecord) -> Signature:
+    """What a row shows that can change: the revision moves at every save, the claim also between saves (a lease)."""
+    claim = record.claim
+    lease = iso(claim.lease_until) if claim.lease_until else None
+    return record.revision, claim.state, claim.claim_generation, lease, claim.cancellation_requested
+
+
+def status_text(task: Task) -> str:
+    """The text of the task's current status message."""
+    if not task.status.HasField("message"):
+        return ""
+    return " ".join(part.text for part in task.status.message.parts if part.text)
+
+
+class Console:
+    """The console's API over every served agent's host and the shared ledger."""
+
+    def __init__(
+        self, ledger: Ledger, hosts: dict[str, TaskHost], approvals: set[str], tokens: dict[str, Principal], demo_token: str | None
+    ) -> None:
+        self.ledger = ledger
+        self.hosts = hosts
+        self.approvals = approvals
+        self.tokens = tokens
+        self.demo_token = demo_token
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/api/info", self.info, methods=["GET"]),
+                Route("/api/tasks", self.tasks, methods=["GET"]),
+                Route("/api/tasks/{task_id}", self.task, methods=["GET"]),
+                Route("/api/tasks/{task_id}/status", self.status, methods=["GET"]),
+                Route("/api/tasks/{task_id}/status/stream", self.status_stream, methods=["GET"]),
+                Route("/api/stream", self.stream, methods=["GET"]),
+                Mount("/", app=StaticFiles(directory=FILES, html=True)),
+            ]
+        )
+
+    def _refused(self, request: Request) -> Response | None:
+        """None for the operator; 401 without a known bearer token, 403 for anyone else."""
+        token = bearer_token(request.headers)
+        principal = self.tokens.get(token) if token else None
+        if principal is None:
+            response = problem(401, "UNAUTHENTICATED", "Send Authorization: Bearer <operator token>")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="console"'
+            return response
+        if principal.kind != "operator":
+            return problem(403, "PERMISSION_DENIED", "The console is for the operator")
+        return None
+
+    @staticmethod
+    def _limit(request: Request) -> int | Response:
+        text = request.query_params.get("limit", str(DEFAULT_LIMIT))
+        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+            return problem(400, "INVALID_ARGUMENT", f"limit must be a whole number from 1 to {MAX_LIMIT}")
+        return int(text)
+
+    def actions(self, task: Task, record: TaskRecord) -> list[str]:
+        """What the operator may do now: approve a deploy waiting for approval, reconcile, cancel."""
+        allowed = []
+        if (
+            record.agent in self.approvals
+            and record.claim.state == AWAITING_REPLY
+            and any(r.actor == "operator" and r.action == "approve" for r in action_requests(task))
+        ):
+            allowed.append("approve")
+        if record.claim.state == NEEDS_RECONCILIATION:
+            allowed.append("reconcile")
+        if not is_terminal(task.status.state):
+            allowed.append("cancel")
+        return allowed
+
+    async def _found(self, record: TaskRecord) -> tuple[Task, TaskRecord] | None:
+        """The task and its freshest record (the live one while a turn runs here), for an agent served here."""
+        host = self.hosts.get(record.agent)
+        if host is None:
+            return None
+        return await host.task_and_record(record.task_id, owner_context(record.owner))
+
+    def row(self, task: Task, record: TaskRecord) -> dict[str, Any]:
+        """One task in the three views: A2A state, Task Status (phase, notifications) and claim."""
+        claim = record.claim
+        return {
+            "id": task.id,
+            "agent": record.agent,
+            "created_at": iso(record.created_at),
+            "state": state_name(task.status.state),
+            "message": status_text(task),
+            "status": status_object(task, record)["status"],
+            "claim": {
+                "state": claim.state,
+                "claim_generation": claim.claim_generation,
+                "session_generation": claim.session_generation,
+                "lease_until": iso(claim.lease_until) if claim.lease_until else None,
+                "cancellation_requested": claim.cancellation_requested,
+                "stage": claim.stage,
+            },
+            "actions": self.actions(task, record),
+        }
+
+    async def rows(self, records: list[TaskRecord]) -> list[dict[str, Any]]:
+        rows = []
+        for record in records:
+            found = await self._found(record)
+            if found is not None:
+                rows.append(self.row(*found))
+        return rows
+
+    async def info(self, request: Request) -> Response:
+        """What the sign-in page may show anyone: the agents, and the demo operator token when the server uses it."""
+        return JSONResponse({"agents": sorted(self.hosts), "demo_token": self.demo_token})
+
+    async def tasks(self, request: Request) -> Response:
+        """The most recently created tasks across the agents, newest first."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        limit = self._limit(request)
+        if isinstance(limit, Response):
+            return limit
+        return JSONResponse({"tasks": await self.rows(await self.ledger.recent(limit))})
+
+    async def task(self, request: Request) -> Response:
+        """One task: its row, the A2A task (history, artifacts) and the claim view with its events and evidence."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        task_id = request.path_params["task_id"]
+        record = await self.ledger.get(task_id)
+        found = await self._found(record) if record is not None else None
+        if found is None:
+            return not_found(task_id)
+        task, live = found
+        return JSONResponse(
+            {
+                "row": self.row(task, live),
+                "task": MessageToDict(task),
+                "claim": claim_view(live, await self.ledger.claim_events(task_id)),
+            }
+        )
+
+    async def _as_owner(self, request: Request) -> BridgeEndpoints | Response:
+        """The task's agent's Task Status endpoints, answering as the task's owner: the operator reads any task."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        task_id = request.path_params["task_id"]
+        record = await self.ledger.get(task_id)
+        host = self.hosts.get(record.agent) if record is not None else None
+        if record is None or host is None:
+            return not_found(task_id)
+        owner = owner_context(record.owner)
+        return BridgeEndpoints(host, lambda _: owner, lambda _: False)
+
+    async def status(self, request: Request) -> Response:
+        """The task's Task Status object, as `GET /{agent}/tasks/{id}/status` gives its owner (ETag, 304, ?wait=S)."""
+        endpoints = await self._as_owner(request)
+        return endpoints if isinstance(endpoints, Response) else await endpoints.status(request)
+
+    async def status_stream(self, request: Request) -> Response:
+        """The task's Task Status as Server-Sent Events, as `GET /{agent}/tasks/{id}/status/stream` gives its owner."""
+        endpoints = await self._as_owner(request)
+        return endpoints if isinstance(endpoints, Response) else await endpoints.status_stream(request)
+
+    async def stream(self, request: Request) -> Response:
+        """Server-Sent Events: `tasks` with every row first, then the rows that changed, read from the ledger every
+        half second (so changes made by any replica show); ends when the client leaves or after FEED_LIFETIME."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        limit = self._limit(request)
+        if isinstance(limit, Response):
+            return limit
+        return StreamingResponse(self._frames(limit), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    async def _frames(self, limit: int) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + FEED_LIFETIME
+        sent: dict[str, Signature] | None = None
+        quiet_since = loop.time()
+        while loop.time() < ends:
+            records = await self.ledger.recent(limit)
+            current = {record.task_id: signature(record) for record in records}
+            changed = [record for record in records if sent is None or sent.get(record.task_id) != current[record.task_id]]
+            if sent is None or changed:
+                body = {"snapshot": sent is None, "tasks": await self.rows(changed)}
+                yield f"event: tasks\ndata: {json.dumps(body)}\n\n"
+                quiet_since = loop.time()
+            elif loop.time() - quiet_since >= KEEPALIVE:
+                yield ": keepalive\n\n"
+                quiet_since = loop.time()
+            sent = current
+            await asyncio.sleep(POLL)
+
+
+def console_app(bridge: "Bridge") -> Starlette:
+    """The console over a bridge's agents; it names the demo operator token only when the server uses it."""
+    from a2a_bridge.cli import DEMO_OPERATOR_TOKEN
+
+    tokens = {token: principal for agent in bridge.agents.values() for token, principal in agent.tokens.items()}
+    demo = DEMO_OPERATOR_TOKEN if tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator" else None
+    hosts = {name: agent.host for name, agent in bridge.agents.items()}
+    approvals = {name for name, agent in bridge.agents.items() if agent.spec.approvals}
+    return Console(bridge.ledger, hosts, approvals, tokens, demo).app()

@@ -1,0 +1,198 @@
+"""Logs and traces of `a2a-bridge serve`: the task a log line is about, JSON lines under `--log-json`, and OpenTelemetry
+under `--trace`.
+
+The task fields come from a context variable: `TaskHost` sets it around a turn, a cancel, a reconcile and a recovery
+(`about_task` … `left_task`), so every line logged while it works on a task (its own, the agent's, the SDK's, the
+webhook sender's) carries `task_id`, `agent` and `claim_generation`; under `--log-json` a request whose path names a
+task (`/{agent}/tasks/{id}/…`, `/{agent}/approve/{id}`, `/{agent}/a2a/rest/tasks/{id}…`, `/console/api/tasks/{id}`)
+carries them too, so the server's request log line does.
+
+This module imports nothing of the SDK: `a2a_bridge/__init__.py` calls `sdk_tracing_from_argv` before the SDK is
+imported, because the SDK reads `OTEL_INSTRUMENTATION_A2A_SDK_ENABLED` once, at import.
+"""
+
+import argparse
+import contextvars
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from a2a_bridge.ledger import Ledger
+
+SDK_TRACING = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
+TRACE_FLAG = "--trace"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+TASK_FIELDS = ("task_id", "agent", "claim_generation")
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+log = logging.getLogger("a2a_bridge.tasks")
+
+
+@dataclass(frozen=True)
+class TaskScope:
+    """The task the current code works on; `generation` reads its claim generation when a line is logged."""
+
+    agent: str
+    task_id: str
+    generation: Callable[[], int | None]
+
+
+_scope: contextvars.ContextVar[TaskScope | None] = contextvars.ContextVar("a2a_bridge_task", default=None)
+
+Token = contextvars.Token[TaskScope | None]
+
+
+def about_task(agent: str, task_id: str, generation: Callable[[], int | None], note: str | None = None) -> Token:
+    """Mark what runs from here on (and the asyncio tasks it starts) as work on this task; logs `note` if given.
+    Pair with `left_task`."""
+    token = _scope.set(TaskScope(agent, task_id, generation))
+    if note is not None:
+        log.info(note)
+    return token
+
+
+def left_task(token: Token, note: str | None = None) -> None:
+    """End the scope `about_task` opened, after logging `note` if given."""
+    if note is not None:
+        log.info(note)
+    _scope.reset(token)
+
+
+def current_task() -> TaskScope | None:
+    return _scope.get()
+
+
+class TaskFields(logging.Filter):
+    """Sets `task_id`, `agent` and `claim_generation` on each record logged inside a task's scope."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scope = _scope.get()
+        if scope is not None:
+            record.task_id = scope.task_id
+            record.agent = scope.agent
+            try:
+                record.claim_generation = scope.generation()
+            except Exception:  # a log line must never fail on its context
+                record.claim_generation = None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: timestamp, level, logger, message, the task fields when set, and any exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        moment = datetime.fromtimestamp(record.created, UTC)
+        line: dict[str, Any] = {
+            "timestamp": moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in TASK_FIELDS:
+            if hasattr(record, name):
+                line[name] = getattr(record, name)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str)
+
+
+def configure_logging(level: str, as_json: bool) -> None:
+    """The root handler on stderr: JSON lines or the plain text format, with the task fields on either."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(TaskFields())
+    handler.setFormatter(JsonFormatter() if as_json else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+TASK_PATH = re.compile(r"^/(?:console/api/tasks|(?P<agent>[^/]+)/(?:tasks|approve|a2a/rest/tasks))/(?P<task>[^/:?]+)")
+"""A path that names a task: an agent's bridge endpoints and REST task methods, and the console's task."""
+
+
+class TaskPaths:
+    """ASGI middleware: a request whose path names a task runs in that task's scope, with the claim generation the
+    ledger holds when the request arrives."""
+
+    def __init__(self, app: ASGIApp, ledger: "Ledger") -> None:
+        self.app = app
+        self.ledger = ledger
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = TASK_PATH.match(str(scope.get("path", ""))) if scope["type"] == "http" else None
+        record = await self.ledger.get(match["task"]) if match is not None else None
+        if match is None or record is None or match["agent"] not in (None, record.agent):
+            await self.app(scope, receive, send)
+            return
+        generation = record.claim.claim_generation
+        token = about_task(record.agent, record.task_id, lambda: generation)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            left_task(token)
+
+
+def register(serve: argparse.ArgumentParser) -> None:
+    """Add `--log-json` and `--trace` to `serve`."""
+    serve.add_argument("--log-json", action="store_true", help="log one JSON object a line, with the task each is about")
+    serve.add_argument(
+        TRACE_FLAG, action="store_true",
+        help="OpenTelemetry traces of the SDK's request handling: to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, "
+        "else one JSON span a line on stdout (needs pip install 'a2a-bridge[tracing]')",
+    )
+
+
+def uvicorn_logging(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's own logging config, or none under --log-json so that its lines reach the JSON root handler."""
+    return {"log_config": None} if getattr(args, "log_json", False) else {}
+
+
+def sdk_tracing_from_argv(argv: Sequence[str]) -> None:
+    """Before the SDK is imported: its tracing on for `serve --trace`, off otherwise unless the environment says."""
+    if argv[1:2] == ["serve"] and TRACE_FLAG in argv[2:]:
+        os.environ[SDK_TRACING] = "true"
+    else:
+        os.environ.setdefault(SDK_TRACING, "false")
+
+
+def start_tracing() -> None:
+    """Install an OpenTelemetry tracer provider: OTLP/HTTP when an OTLP endpoint is set, else JSON spans on stdout."""
+    tracing = logging.getLogger("a2a_bridge.tracing")
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+    except ImportError:
+        tracing.warning("--trace: opentelemetry-sdk is not installed (pip install 'a2a-bridge[tracing]'); no spans are exported")
+        return
+    provider = TracerProvider(resource=Resource.create({"service.name": "a2a-bridge"}))
+    if any(os.environ.get(name) for name in OTLP_ENDPOINTS):
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            tracing.warning("--trace: opentelemetry-exporter-otlp-proto-http is not installed (pip install 'a2a-bridge[tracing]')")
+            return
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        tracing.info("tracing on: spans exported over OTLP/HTTP")
+    else:
+        exporter = ConsoleSpanExporter(out=sys.stdout, formatter=lambda span: span.to_json(indent=None) + "\n")
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracing.info("tracing on: spans written to stdout, one JSON object a line")
+    trace.set_tracer_provider(provider)
+
+
+def setup(args: argparse.Namespace) -> None:
+    """Logging for every command; for `serve`, JSON lines under --log-json and tracing under --trace."""
+    configure_logging(args.log_level, getattr(args, "log_json", False))
+    if getattr(args, "trace", False):
+        start_tracing()

@@ -1,0 +1,264 @@
+"""The operator's commands: `a2a-bridge tasks`, `status TASK [--watch]`, `approve TASK`, `reconcile TASK` and
+`cancel TASK`, over HTTP against a running server. Each finds a task's agent through the console API unless `--agent`
+names it."""
+
+import argparse
+import json
+import os
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TOKEN_ENV = "A2A_BRIDGE_TOKEN"
+OUTCOMES = ("completed", "cancelled", "continue", "uncertain")
+STATE_STYLES = {
+    "COMPLETED": "green",
+    "WORKING": "cyan",
+    "SUBMITTED": "cyan",
+    "AUTH_REQUIRED": "bold yellow",
+    "INPUT_REQUIRED": "yellow",
+    "FAILED": "red",
+    "REJECTED": "red",
+    "CANCELED": "magenta",
+}
+
+
+class CommandError(Exception):
+    """A failure to tell the operator in one line; the command exits 1."""
+
+
+class Operator:
+    """An HTTP client of one server, as the operator (or whoever the token names)."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The JSON body of a 2xx answer; otherwise a CommandError with the server's message."""
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise CommandError(f"cannot reach {self.url}: {error}") from error
+        if response.is_success:
+            return dict(response.json())
+        raise CommandError(f"{method} {path}: {response.status_code} {error_message(response)}")
+
+    def agent_of(self, task_id: str, agent: str | None) -> str:
+        """The agent named on the command line, else the one the console API says runs the task."""
+        if agent:
+            return agent
+        return str(self.request("GET", f"/console/api/tasks/{task_id}")["row"]["agent"])
+
+    def status_stream(self, path: str) -> Iterator[dict[str, Any]]:
+        """Each status object the server sends on a status stream, until it closes the stream after the terminal one."""
+        try:
+            with self.http.stream("GET", path, timeout=httpx.Timeout(30, read=None)) as response:
+                if not response.is_success:
+                    response.read()
+                    raise CommandError(f"GET {path}: {response.status_code} {error_message(response)}")
+                for line in response.iter_lines():
+                    if line.startswith("data:"):
+                        yield json.loads(line.removeprefix("data:"))
+        except httpx.HTTPError as error:
+            raise CommandError(f"cannot reach {self.url}: {error}") from error
+
+
+def error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:200]
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message")) if isinstance(error, dict) else json.dumps(body)[:200]
+
+
+def short_state(state: str) -> str:
+    return state.removeprefix("TASK_STATE_")
+
+
+def styled_state(state: str) -> str:
+    name = short_state(state)
+    style = STATE_STYLES.get(name, "")
+    return f"[{style}]{name}[/]" if style else name
+
+
+def clock_time(stamp: str | None) -> str:
+    """An ISO timestamp as the time of day (UTC), for people."""
+    if not stamp:
+        return ""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).strftime("%H:%M:%S")
+
+
+def notification_text(notification: dict[str, Any], user: str) -> str:
+    kind = notification.get("kind", "")
+    since = clock_time(notification.get("since"))
+    if kind == "user_auth_required":
+        return f"{user} must sign in to {notification.get('provider')} (since {since})"
+    if kind == "review_required":
+        return f"{user} must decide the review (since {since})"
+    return f"{kind} (since {since})"
+
+
+def describe(status: dict[str, Any]) -> list[str]:
+    """A status object as lines of Rich markup: the phase and revision, then what anyone must do."""
+    inner = status["status"]
+    phase = inner["phase"]
+    if inner.get("terminal_reason"):
+        phase = f"{phase} ({inner['terminal_reason']})"
+    lines = [f"revision {escape(inner['revision'])}: [bold]{escape(phase)}[/]"]
+    for notification in inner.get("notifications", []):
+        lines.append(f"  waiting: {escape(notification_text(notification, status['responsible_user']))}")
+    if inner.get("idle_expires_at"):
+        lines.append(f"  idle: closes at {escape(clock_time(inner['idle_expires_at']))} without input")
+    return lines
+
+
+def tasks_table(rows: list[dict[str, Any]]) -> Table:
+    """The tasks in the three views: A2A state; Task Status phase and notifications; claim state, generation, lease."""
+    table = Table(title="tasks, newest first", title_justify="left")
+    table.add_column("task", no_wrap=True)
+    table.add_column("agent", no_wrap=True)
+    table.add_column("A2A state", no_wrap=True)
+    table.add_column("phase")
+    table.add_column("notifications")
+    table.add_column("claim", no_wrap=True)
+    table.add_column("gen", justify="right")
+    table.add_column("lease until")
+    table.add_column("actions")
+    for row in rows:
+        status, claim = row["status"], row["claim"]
+        phase = status["phase"] + (f" ({status['terminal_reason']})" if status.get("terminal_reason") else "")
+        pending = claim["cancellation_requested"] and claim["state"] != "cancelled"
+        claim_state = claim["state"] + (" (cancel requested)" if pending else "")
+        table.add_row(
+            row["id"],
+            row["agent"],
+            styled_state(row["state"]),
+            escape(phase),
+            escape(", ".join(n["kind"] + (f":{n['provider']}" if n.get("provider") else "") for n in status["notifications"])),
+            escape(claim_state),
+            str(claim["claim_generation"]),
+            clock_time(claim["lease_until"]),
+            escape(" ".join(row["actions"])),
+        )
+    return table
+
+
+def run_tasks(args: argparse.Namespace, operator: Operator, out: Console) -> None:
+    rows = operator.request("GET", "/console/api/tasks", params={"limit": args.limit})["tasks"]
+    if not rows:
+        out.print("no tasks")
+        return
+    out.print(tasks_table(rows))
+
+
+def run_status(args: argparse.Namespace, operator: Operator, out: Console) -> None:
+    """The console API's view of any task for the operator; with --agent, the agent's own (the task's owner's)."""
+    path = f"/{args.agent}/tasks/{args.task}/status" if args.agent else f"/console/api/tasks/{args.task}/status"
+    if not args.watch:
+        status = operator.request("GET", path)
+        out.print(f"[bold]{escape(args.task)}[/] ({escape(status['agent'])}, for {escape(status['responsible_user'])})")
+        for line in describe(status):
+            out.print(line)
+        return
+    out.print(f"watching [bold]{escape(args.task)}[/]; Ctrl-C to stop")
+    for status in operator.status_stream(f"{path}/stream"):
+        lines = describe(status)
+        out.print(f"{datetime.now().strftime('%H:%M:%S')} {lines[0]}")
+        for line in lines[1:]:
+            out.print(line)
+    out.print("the task has ended")
+
+
+def run_approve(args: argparse.Namespace, operator: Operator, out: Console) -> None:
+    agent = operator.agent_of(args.task, args.agent)
+    operator.request("POST", f"/{agent}/approve/{args.task}")
+    out.print(f"approved {escape(args.task)} ({escape(agent)}): the deploy resumes")
+
+
+def evidence_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not key or not sep:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE")
+    return key, value
+
+
+def run_reconcile(args: argparse.Namespace, operator: Operator, out: Console) -> None:
+    agent = operator.agent_of(args.task, args.agent)
+    body = {"outcome": args.outcome, "evidence": dict(args.evidence)}
+    view = operator.request("POST", f"/{agent}/tasks/{args.task}/reconcile", json=body)
+    out.print(
+        f"reconciled {escape(args.task)} ({escape(agent)}) as {args.outcome}: "
+        f"claim {escape(view['state'])}, generation {view['claim_generation']}"
+    )
+
+
+def run_cancel(args: argparse.Namespace, operator: Operator, out: Console) -> None:
+    agent = operator.agent_of(args.task, args.agent)
+    answer = operator.request("POST", f"/{agent}/tasks/{args.task}/cancel")
+    state = short_state(answer["state"])
+    if state == "CANCELED":
+        out.print(f"canceled {escape(args.task)} ({escape(agent)})")
+    else:
+        out.print(
+            f"cancel recorded for {escape(args.task)} ({escape(agent)}), still {state}: "
+            "reconcile it with --outcome cancelled once the work is known to have stopped"
+        )
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run one operator command; 0 on success, 1 when the server refused or could not be reached."""
+    out = Console(highlight=False)
+    operator = Operator(args.url, args.token)
+    try:
+        args.action(args, operator, out)
+    except CommandError as error:
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        operator.close()
+    return 0
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add `tasks`, `status`, `approve`, `reconcile` and `cancel` to the a2a-bridge command."""
+    from a2a_bridge.cli import DEMO_OPERATOR_TOKEN
+
+    def add(name: str, help_text: str, action: Any, task: bool = True) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        if task:
+            sub.add_argument("task", metavar="TASK", help="the task id")
+            sub.add_argument("--agent", help="the task's agent (default: asked of the console API)")
+        sub.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
+        sub.add_argument(
+            "--token", default=os.environ.get(TOKEN_ENV, DEMO_OPERATOR_TOKEN),
+            help=f"bearer token (default ${TOKEN_ENV}, else the demo operator token {DEMO_OPERATOR_TOKEN})",
+        )
+        sub.set_defaults(run=command, action=action, log_level="warning")
+        return sub
+
+    tasks = add("tasks", "a table of tasks across agents: A2A state, Task Status, claim", run_tasks, task=False)
+    tasks.add_argument("--limit", type=int, default=50, help="at most this many tasks, newest first (default 50)")
+    status = add("status", "a task's Task Status object, for people (with --agent, from the agent as the task's owner)", run_status)
+    status.add_argument("--watch", action="store_true", help="follow the status stream until the task ends")
+    add("approve", "approve a deploy waiting for an operator", run_approve)
+    reconcile = add("reconcile", "report the outcome of a task in needs_reconciliation", run_reconcile)
+    reconcile.add_argument("--outcome", required=True, choices=OUTCOMES)
+    reconcile.add_argument(
+        "--evidence", required=True, nargs="+", action="extend", type=evidence_pair, metavar="KEY=VALUE",
+        help="what shows the outcome (at least one)",
+    )
+    add("cancel", "cancel a task as the operator", run_cancel)

@@ -1,0 +1,118 @@
+"""bench: the trivial agent of `make bench`, the same executor on a2a-bridge and on the stock SDK server.
+
+What it does is named by the user's text:
+- anything else: creates its task and completes it with one short text artifact, no pacing;
+- `ask`: creates its task and leaves it idle in INPUT_REQUIRED (any follow-up completes it);
+- `stream N GAP_MS`: creates its task and emits N artifact events, GAP_MS milliseconds apart (0: back to back), each
+  text being `emit=NANOSECONDS seq=I` with the wall-clock time it was emitted at, then completes.
+"""
+
+import asyncio
+import time
+import uuid
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events.event_queue import EventQueue
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentSkill,
+    Artifact,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+
+RESULT_TEXT = "done"
+ASK_TEXT = "What next?"
+MAX_STREAM_EVENTS = 100_000
+
+
+def card() -> AgentCard:
+    return AgentCard(
+        name="bench",
+        description="The trivial agent of the benchmark: completes each task with one short text artifact.",
+        version="1.0.0",
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="bench", name="Benchmark", description="Completes at once.", tags=["bench"])],
+    )
+
+
+def stream_plan(text: str) -> tuple[int, float] | None:
+    """(events, seconds between them) of a `stream N GAP_MS` text, or None for any other text."""
+    words = text.split()
+    if len(words) != 3 or words[0] != "stream":
+        return None
+    try:
+        count, gap_ms = int(words[1]), float(words[2])
+    except ValueError:
+        return None
+    return max(0, min(count, MAX_STREAM_EVENTS)), max(0.0, gap_ms) / 1000
+
+
+class Bench(AgentExecutor):
+    """Enqueues its Task first (the stock handler requires it), then artifacts and a final status."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        if context.current_task is None:
+            assert context.message is not None
+            await event_queue.enqueue_event(
+                Task(
+                    id=task_id,
+                    context_id=context_id,
+                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    history=[context.message],
+                )
+            )
+            text = context.get_user_input().strip()
+            if text == "ask":
+                await self._status(event_queue, task_id, context_id, TaskState.TASK_STATE_INPUT_REQUIRED, ASK_TEXT)
+                return
+            plan = stream_plan(text)
+            if plan is not None:
+                await self._stream(event_queue, task_id, context_id, *plan)
+                return
+        await self._artifact(event_queue, task_id, context_id, "result", RESULT_TEXT)
+        await self._status(event_queue, task_id, context_id, TaskState.TASK_STATE_COMPLETED)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await self._status(event_queue, context.task_id or "", context.context_id or "", TaskState.TASK_STATE_CANCELED)
+
+    async def _stream(self, queue: EventQueue, task_id: str, context_id: str, count: int, gap: float) -> None:
+        for seq in range(count):
+            if gap and seq:
+                await asyncio.sleep(gap)
+            await self._artifact(queue, task_id, context_id, f"event-{seq}", f"emit={time.time_ns()} seq={seq}")
+        await self._status(queue, task_id, context_id, TaskState.TASK_STATE_COMPLETED)
+
+    @staticmethod
+    async def _artifact(queue: EventQueue, task_id: str, context_id: str, artifact_id: str, text: str) -> None:
+        artifact = Artifact(artifact_id=artifact_id, parts=[Part(text=text)])
+        await queue.enqueue_event(
+            TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact, last_chunk=True)
+        )
+
+    @staticmethod
+    async def _status(
+        queue: EventQueue, task_id: str, context_id: str, state: TaskState, text: str | None = None
+    ) -> None:
+        status = TaskStatus(state=state)
+        if text is not None:
+            status.message.CopyFrom(
+                Message(
+                    message_id=str(uuid.uuid4()),
+                    role=Role.ROLE_AGENT,
+                    task_id=task_id,
+                    context_id=context_id,
+                    parts=[Part(text=text)],
+                )
+            )
+        await queue.enqueue_event(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status))

@@ -1,0 +1,802 @@
+"""`make bench`: a2a-bridge side by side with the stock a2a-sdk server, @a2a-js/sdk's server and a bare Starlette echo.
+
+Each server runs the same trivial agent (agents/bench.py; interop/js/bench-server.mjs for Node) on 127.0.0.1, one at
+a time, pinned to core 0 with taskset while this client runs on core 1; the servers are interleaved and the rounds
+repeated, and the table of medians (with ratios against the stock SDK measured in the same command) is printed and
+written into docs/PERFORMANCE.md. Every run is bounded by a request count and a time limit.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.load import RequestFor, drive, event_loop_factory
+from bench.populate import clone_tasks
+from bench.status_poll import (
+    A2A_HEADERS,
+    CLIENT_CORE,
+    HOST,
+    SERVER_CORE,
+    START_TIMEOUT,
+    Load,
+    Run,
+    call,
+    finished_task,
+    free_port,
+    http_request,
+    requests_for,
+    two_cores,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+JS_DIR = ROOT / "interop" / "js"
+PERFORMANCE = ROOT / "docs" / "PERFORMANCE.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+AGENT = "bench"
+STOP_TIMEOUT = 10.0
+SETTLE = 1.0
+"""Seconds a server is left idle before its RSS is read."""
+STREAM_TIMEOUT = 30.0
+LIST_PAGE = 50
+MAX_REQUESTS = 1_000_000
+"""The request cap of one timed run (runs end on their time limit well before it)."""
+CONTENDED = 0.10
+"""A load run whose server or client waited this share of it for a CPU (other processes on the machine) is run again
+once, and the calmer of the two kept."""
+COMPLETED = b'"TASK_STATE_COMPLETED"'
+INPUT_REQUIRED = b'"TASK_STATE_INPUT_REQUIRED"'
+PLACEHOLDER = "@@@@@@@@@@"
+EMIT = re.compile(rb"emit=(\d+) seq=(\d+)")
+TASK_ID = re.compile(rb'"task":\s*\{"id":\s*"([^"]+)"')
+PINNED = two_cores() and shutil.which("taskset") is not None
+"""Whether servers run on core 0 and the client on core 1; decided before the client pins itself."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much `make bench` measures; `QUICK` is `make bench-quick`."""
+
+    rounds: int = 3
+    seconds: float = 3.0
+    warmup: float = 1.0
+    connections: int = 32
+    streams: int = 20
+    """Paced streams per server and round, for the event latency."""
+    stream_events: int = 20
+    stream_gap_ms: float = 2.0
+    burst_events: int = 2_000
+    """Events of the one back-to-back stream, for events/s."""
+    latency_requests: int = 500
+    latency_seconds: float = 5.0
+    small_store: int = 1_000
+    rss_store: int = 10_000
+    large_store: int = 100_000
+    idle_tasks: int = 10_000
+    fill_seconds: float = 240.0
+    """The cap on serving SendMessages into the SQLite store; what it misses of `large_store` is inserted directly."""
+    idle_seconds: float = 90.0
+    """The cap on each fill of the RSS measures of idle tasks."""
+
+
+QUICK = Plan(
+    rounds=1, seconds=2.0, warmup=0.5, streams=10, burst_events=1_000, latency_requests=200, latency_seconds=3.0,
+    rss_store=2_000, large_store=20_000, idle_tasks=2_000, fill_seconds=60.0, idle_seconds=30.0,
+)
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server under test: how to start it on a port, and where its JSON-RPC endpoint is."""
+
+    key: str
+    label: str
+    runtime: str
+    argv: Callable[[int, Path | None], list[str]]
+    """The command for a port and, for a SQLite server, the fresh file it stores its tasks in."""
+    path: str = "/a2a/jsonrpc"
+    needle: bytes = COMPLETED
+    cwd: Path = ROOT
+    sqlite: bool = False
+
+
+@dataclass
+class Started:
+    process: "subprocess.Popen[bytes]"
+    port: int
+    server: Server
+    database: Path | None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@dataclass
+class StreamStats:
+    """What the streams of one server and round showed (seconds, and events per second)."""
+
+    first: list[float] = field(default_factory=list)
+    events: list[float] = field(default_factory=list)
+    early: int = 0
+    """Events (all but each stream's last) that arrived before the agent emitted its last event."""
+    comparable: int = 0
+    burst_rate: float = 0.0
+    burst_early: bool = False
+
+
+@dataclass
+class Scale:
+    """The SQLite store at its sizes: request latencies and the server's RSS, by number of finished tasks."""
+
+    get_task: dict[int, Run] = field(default_factory=dict)
+    list_tasks: dict[int, Run] = field(default_factory=dict)
+    rss: dict[int, int] = field(default_factory=dict)
+    """RSS by the number of tasks the server itself finished."""
+    served: int = 0
+    unexpected: int = 0
+    inserted: int = 0
+    """Tasks copied into the file directly (bench/populate.py) once the fill's time ran out."""
+    fill_rate: float = 0.0
+
+
+@dataclass
+class Results:
+    send: dict[str, list[Run]] = field(default_factory=dict)
+    reads: dict[str, list[Run]] = field(default_factory=dict)
+    streams: dict[str, list[StreamStats]] = field(default_factory=dict)
+    scale: Scale = field(default_factory=Scale)
+    rss: dict[str, int] = field(default_factory=dict)
+
+
+def python_runtime(loop: str) -> str:
+    """Which Python runs a server (this one), and on which event loop and HTTP parser."""
+    executable = Path(sys.executable)
+    shown = executable.relative_to(ROOT) if executable.is_relative_to(ROOT) else executable
+    return f"CPython {platform.python_version()} ({shown}), {loop}"
+
+
+def auto_loop() -> str:
+    """What uvicorn's "auto" loop and HTTP settings pick in this environment."""
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"uvicorn auto: {loop} + {http}"
+
+
+def uvicorn_argv(factory: str, *options: str) -> Callable[[int, Path | None], list[str]]:
+    def argv(port: int, _database: Path | None) -> list[str]:
+        return [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", HOST, "--port", str(port),
+                "--log-level", "warning", "--no-access-log", *options]
+
+    return argv
+
+
+def bridge_argv(port: int, database: Path | None) -> list[str]:
+    store = "memory" if database is None else f"sqlite:///{database}"
+    return [sys.executable, "-m", "a2a_bridge", "serve", "--agent", AGENT, "--store", store, "--host", HOST,
+            "--port", str(port), "--log-level", "warning"]
+
+
+def node_version() -> str | None:
+    """Node's version where node and interop/js's packages are installed."""
+    node = shutil.which("node")
+    if node is None or not (JS_DIR / "node_modules" / "@a2a-js" / "sdk").is_dir():
+        return None
+    return subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+
+
+def servers(bridge_root: Path = ROOT) -> list[Server]:
+    """Every server, the stock SDK first (the ratios' base); @a2a-js/sdk only where Node and its packages are; the
+    bridge from `bridge_root` (another source tree of it, such as an exported older commit, to compare with)."""
+    bridge_runtime = python_runtime(auto_loop()) + ("" if bridge_root == ROOT else f", bridge from {bridge_root}")
+    listed = [
+        Server("stock", "stock a2a-sdk 1.3 (memory)", python_runtime(auto_loop()), uvicorn_argv("bench.servers:stock_app")),
+    ]
+    node = node_version()
+    if node is not None:
+        listed.append(Server(
+            "js", f"@a2a-js/sdk {js_sdk_version()} (memory)", f"Node {node}, express",
+            lambda port, _database: ["node", "bench-server.mjs", str(port)], cwd=JS_DIR,
+        ))
+    listed += [
+        Server("echo-h11", "bare Starlette echo, h11", python_runtime("asyncio + h11"),
+               uvicorn_argv("bench.servers:echo_app", "--loop", "asyncio", "--http", "h11"), needle=b'"messageId"'),
+        Server("echo-fast", "bare Starlette echo, uvloop + httptools", python_runtime("uvloop + httptools"),
+               uvicorn_argv("bench.servers:echo_app", "--loop", "uvloop", "--http", "httptools"), needle=b'"messageId"'),
+        Server("bridge-memory", "a2a-bridge (memory)", bridge_runtime, bridge_argv, path=f"/{AGENT}/a2a/jsonrpc",
+               cwd=bridge_root),
+        Server("bridge-sqlite", "a2a-bridge (SQLite, fresh file)", bridge_runtime, bridge_argv,
+               path=f"/{AGENT}/a2a/jsonrpc", cwd=bridge_root, sqlite=True),
+    ]
+    return listed
+
+
+def js_sdk_version() -> str:
+    package = JS_DIR / "node_modules" / "@a2a-js" / "sdk" / "package.json"
+    return str(json.loads(package.read_text())["version"])
+
+
+@contextlib.contextmanager
+def running(server: Server, scratch: Path) -> Iterator[Started]:
+    """The server on a free loopback port (on core 0 where the machine has two), stopped on exit."""
+    port = free_port()
+    database = scratch / f"{server.key}-{time.time_ns()}.db" if server.sqlite else None
+    argv = server.argv(port, database)
+    if PINNED:
+        argv = ["taskset", "-c", str(SERVER_CORE), *argv]
+    log = scratch / f"{server.key}.log"
+    with log.open("wb") as errors:
+        process = subprocess.Popen(argv, cwd=server.cwd, stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        wait_listening(server.label, port, process, log)
+        yield Started(process, port, server, database)
+    finally:
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(STOP_TIMEOUT)
+
+
+def wait_listening(label: str, port: int, process: "subprocess.Popen[bytes]", log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{label} exited with {process.returncode}: {log.read_text()[-2000:]}")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{label} did not listen on port {port} within {START_TIMEOUT} s")
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set size of a process, from /proc (0 where /proc is absent)."""
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        return 0
+    for line in status.read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def message_body(method: str, text: str, message_id: str) -> dict[str, object]:
+    message = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
+
+
+def send_requests(started: Started, text: str = "hello") -> RequestFor:
+    """SendMessage requests, each with its own messageId (the bridge answers a repeated one as a retry)."""
+    tag = f"b{time.time_ns():x}-"
+    body = json.dumps(message_body("SendMessage", text, tag + PLACEHOLDER)).encode()
+    before, after = http_request("POST", started.server.path, started.port, A2A_HEADERS, body).split(PLACEHOLDER.encode())
+
+    def request_for(index: int) -> bytes:
+        return b"%s%010d%s" % (before, index, after)
+
+    return request_for
+
+
+def repeat(request: bytes) -> RequestFor:
+    """The same request at every index."""
+    return lambda _index: request
+
+
+def cycle(requests: list[bytes]) -> RequestFor:
+    """The requests in turn, over and over."""
+    return lambda index: requests[index % len(requests)]
+
+
+def rpc_request(started: Started, method: str, params: dict[str, object]) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    return http_request("POST", started.server.path, started.port, A2A_HEADERS, body)
+
+
+def checked_send(started: Started, text: str = "hello") -> dict[str, Any]:
+    """One SendMessage through the standard library, checked before a server is measured."""
+    code, _, body = call(started.port, "POST", started.server.path,
+                         message_body("SendMessage", text, f"check-{time.time_ns()}"), A2A_HEADERS)
+    if code != 200 or started.server.needle not in body:
+        raise RuntimeError(f"{started.server.label} answered {code}: {body[:300]!r}")
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def waited(run: Run) -> float:
+    return max(run.server_wait, run.client_wait)
+
+
+async def steady(measure: Callable[[], Awaitable[Run]]) -> Run:
+    """A load run, run again once if the machine's other processes took the CPU from it (see CONTENDED)."""
+    first = await measure()
+    if waited(first) <= CONTENDED:
+        return first
+    return min(first, await measure(), key=waited)
+
+
+def summary(run: Run) -> str:
+    return (f"{run.rate:,.0f} req/s, p99 {run.percentile(0.99) * 1000:.1f} ms, server CPU {run.server_cpu:.0%} "
+            f"(waited {run.server_wait:.0%}), client CPU {run.client_cpu:.0%} (waited {run.client_wait:.0%})")
+
+
+async def measure_send(started: Started, plan: Plan) -> Run:
+    load = Load(plan.connections, MAX_REQUESTS, plan.seconds)
+    checked_send(started)
+    await drive("warmup", started.port, send_requests(started), 200, replace(load, seconds=plan.warmup))
+    run = await steady(lambda: drive(
+        "SendMessage", started.port, send_requests(started), 200, load, started.pid, started.server.needle
+    ))
+    progress(f"  {started.server.label}: SendMessage {summary(run)}")
+    return run
+
+
+async def measure_reads(started: Started, plan: Plan) -> dict[str, Run]:
+    """GetTask on a finished task, and (the bridge) the 304 Task Status poll on it."""
+    load = Load(plan.connections, MAX_REQUESTS, plan.seconds)
+    warmup = replace(load, seconds=plan.warmup)
+    requests: dict[str, tuple[bytes, int]] = {}
+    if started.server.key == "stock":
+        task_id = checked_send(started)["result"]["task"]["id"]
+        requests["GetTask"] = (rpc_request(started, "GetTask", {"id": task_id}), 200)
+    else:
+        task_id, etag = finished_task(started.port, AGENT)
+        for name, pair in requests_for(started.port, task_id, etag, AGENT).items():
+            requests["GetTask" if name.startswith("GetTask") else "304 poll"] = pair
+    runs = {}
+    for name, (request, status) in requests.items():
+        needle = COMPLETED if status == 200 else b""
+        await drive("warmup", started.port, repeat(request), status, warmup)
+        runs[name] = await steady(
+            functools.partial(drive, name, started.port, repeat(request), status, load, started.pid, needle)
+        )
+        progress(f"  {started.server.label}: {name} {summary(runs[name])}")
+    return runs
+
+
+async def stream_events(started: Started, text: str) -> list[tuple[int, int, int]]:
+    """(seq, emit ns, arrival ns) of each artifact event of one SendStreamingMessage, read as it arrives."""
+    reader, writer = await asyncio.open_connection(HOST, started.port)
+    try:
+        body = json.dumps(message_body("SendStreamingMessage", text, f"s{time.time_ns():x}")).encode()
+        headers = {**A2A_HEADERS, "Accept": "text/event-stream"}
+        writer.write(http_request("POST", started.server.path, started.port, headers, body))
+        head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        if b" 200 " not in head.split(b"\r\n", 1)[0] or b"transfer-encoding: chunked" not in head:
+            raise RuntimeError(f"{started.server.label} did not stream: {head[:300]!r}")
+        events: list[tuple[int, int, int]] = []
+        pending = b""
+        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+            chunk = (await reader.readexactly(size + 2))[:-2]
+            arrival = time.time_ns()
+            pending = (pending + chunk).replace(b"\r\n", b"\n")
+            *complete, pending = pending.split(b"\n\n")
+            for event in complete:
+                if (match := EMIT.search(event)) is not None:
+                    events.append((int(match.group(2)), int(match.group(1)), arrival))
+                elif b"statusUpdate" in event and COMPLETED in event:
+                    return events
+        return events
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def measure_streams(started: Started, plan: Plan) -> StreamStats:
+    """Paced streams for the latency from emit to arrival; one back-to-back stream for events per second."""
+    stats = StreamStats()
+    paced = f"stream {plan.stream_events} {plan.stream_gap_ms:g}"
+    await asyncio.wait_for(stream_events(started, paced), STREAM_TIMEOUT)
+    for _ in range(plan.streams):
+        events = await asyncio.wait_for(stream_events(started, paced), STREAM_TIMEOUT)
+        if len(events) != plan.stream_events:
+            raise RuntimeError(f"{started.server.label} streamed {len(events)} of {plan.stream_events} events")
+        stats.first.append((events[0][2] - events[0][1]) / 1e9)
+        stats.events += [(arrival - emit) / 1e9 for _, emit, arrival in events]
+        last_emit = max(emit for _, emit, _ in events)
+        stats.early += sum(1 for _, emit, arrival in events if emit != last_emit and arrival < last_emit)
+        stats.comparable += len(events) - 1
+    burst = await asyncio.wait_for(stream_events(started, f"stream {plan.burst_events} 0"), STREAM_TIMEOUT)
+    if len(burst) != plan.burst_events:
+        raise RuntimeError(f"{started.server.label} streamed {len(burst)} of {plan.burst_events} events")
+    first_emit, last_emit = burst[0][1], max(emit for _, emit, _ in burst)
+    stats.burst_rate = len(burst) / ((burst[-1][2] - first_emit) / 1e9)
+    stats.burst_early = burst[0][2] < last_emit
+    progress(f"  {started.server.label}: first event p50 {percentile(stats.first, 0.5) * 1000:.2f} ms, "
+             f"{stats.burst_rate:,.0f} events/s on one stream")
+    return stats
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
+
+
+async def one_round(number: int, plan: Plan, listed: list[Server], scratch: Path, results: Results) -> None:
+    """Every server once, in an order rotated each round."""
+    order = listed[number % len(listed):] + listed[:number % len(listed)]
+    progress(f"round {number + 1}/{plan.rounds}")
+    for server in order:
+        with running(server, scratch) as started:
+            results.send.setdefault(server.key, []).append(await measure_send(started, plan))
+            if server.key in ("stock", "bridge-memory"):
+                for name, run in (await measure_reads(started, plan)).items():
+                    results.reads.setdefault(f"{server.key} {name}", []).append(run)
+                results.streams.setdefault(server.key, []).append(await measure_streams(started, plan))
+
+
+async def fill(started: Started, count: int, seconds: float, text: str, needle: bytes, ids: list[str] | None = None) -> Run:
+    """Up to `count` SendMessages at full concurrency within `seconds`; keeps each new task's id in `ids`."""
+
+    def keep(_index: int, body: bytes) -> None:
+        if ids is not None and (match := TASK_ID.search(body)) is not None:
+            ids.append(match.group(1).decode())
+
+    load = Load(requests=count, seconds=max(0.1, seconds))
+    return await drive("fill", started.port, send_requests(started, text), 200, load, started.pid, needle, keep)
+
+
+async def latency(started: Started, request_for: RequestFor, needle: bytes, plan: Plan) -> Run:
+    """One request at a time, so the time is the server's answer to one request."""
+    load = Load(1, plan.latency_requests, plan.latency_seconds)
+    await drive("warmup", started.port, request_for, 200, replace(load, requests=20))
+    return await drive("latency", started.port, request_for, 200, load, started.pid, needle)
+
+
+async def measure_scale(plan: Plan, bridge: Server, scratch: Path) -> Scale:
+    """Fill a fresh SQLite store through the bridge, pausing at each size for RSS and latencies; whatever the fill's
+    time cap leaves of a size is copied in directly (the latencies then still see that many stored tasks)."""
+    scale = Scale()
+    ids: list[str] = []
+    sizes = sorted({plan.small_store, plan.rss_store, plan.large_store})
+    progress(f"stored tasks: filling a fresh SQLite store up to {plan.large_store:,} tasks")
+    with running(bridge, scratch) as started:
+        assert started.database is not None
+        template = str(checked_send(started)["result"]["task"]["id"])
+        deadline = time.monotonic() + plan.fill_seconds
+        began = time.monotonic()
+        scale.served = 1
+        capped = False
+        for size in sizes:
+            if not capped:
+                run = await fill(started, size - scale.served, deadline - time.monotonic(), "hello", COMPLETED, ids)
+                scale.served += run.completed - run.unexpected
+                scale.unexpected += run.unexpected
+                scale.fill_rate = (scale.served - 1) / (time.monotonic() - began)
+                capped = scale.served < size
+                await asyncio.sleep(SETTLE)
+                scale.rss[scale.served] = rss_bytes(started.pid)
+                progress(f"  {scale.served:,} tasks served: RSS {scale.rss[scale.served] / 2**20:.0f} MiB")
+                if capped:
+                    progress(f"  the {plan.fill_seconds:g} s fill served {scale.served:,} tasks; copying in the rest")
+            stored = scale.served + scale.inserted
+            if stored < size:
+                ids += clone_tasks(started.database, template, size - stored)
+                scale.inserted += size - stored
+            if size in (plan.small_store, plan.large_store):
+                sample = random.Random(size).sample(ids, min(len(ids), 1_000))
+                gets = [rpc_request(started, "GetTask", {"id": task_id}) for task_id in sample]
+                scale.get_task[size] = await latency(started, cycle(gets), COMPLETED, plan)
+                listing = rpc_request(started, "ListTasks", {"pageSize": LIST_PAGE})
+                scale.list_tasks[size] = await latency(started, repeat(listing), b'"tasks"', plan)
+                progress(f"  {size:,} tasks: GetTask p50 {scale.get_task[size].percentile(0.5) * 1000:.2f} ms, "
+                         f"ListTasks p50 {scale.list_tasks[size].percentile(0.5) * 1000:.2f} ms")
+    return scale
+
+
+async def measure_idle(plan: Plan, listed: list[Server], scratch: Path) -> dict[str, int]:
+    """RSS of the bridge (SQLite) after tasks left idle in INPUT_REQUIRED; of the stock SDK after finished, then idle."""
+    rss: dict[str, int] = {}
+    bridge = next(s for s in listed if s.key == "bridge-sqlite")
+    stock = next(s for s in listed if s.key == "stock")
+    seconds = plan.idle_seconds
+    progress(f"idle tasks: {plan.idle_tasks:,} left in INPUT_REQUIRED")
+    with running(bridge, scratch) as started:
+        await asyncio.sleep(SETTLE)
+        rss["bridge start"] = rss_bytes(started.pid)
+        run = await fill(started, plan.idle_tasks, seconds, "ask", INPUT_REQUIRED)
+        await asyncio.sleep(SETTLE)
+        rss["bridge idle"] = rss_bytes(started.pid)
+        rss["bridge idle tasks"] = run.completed - run.unexpected
+    with running(stock, scratch) as started:
+        await asyncio.sleep(SETTLE)
+        rss["stock start"] = rss_bytes(started.pid)
+        run = await fill(started, plan.idle_tasks, seconds, "hello", COMPLETED)
+        await asyncio.sleep(SETTLE)
+        rss["stock finished"] = rss_bytes(started.pid)
+        rss["stock finished tasks"] = run.completed - run.unexpected
+        run = await fill(started, plan.idle_tasks, seconds, "ask", INPUT_REQUIRED)
+        await asyncio.sleep(SETTLE)
+        rss["stock idle"] = rss_bytes(started.pid)
+        rss["stock idle tasks"] = run.completed - run.unexpected
+    progress(f"  bridge {rss['bridge idle'] / 2**20:.0f} MiB after {rss['bridge idle tasks']:,} idle tasks; "
+             f"stock {rss['stock idle'] / 2**20:.0f} MiB")
+    return rss
+
+
+async def measure_all(plan: Plan, listed: list[Server], scratch: Path) -> Results:
+    results = Results()
+    for number in range(plan.rounds):
+        await one_round(number, plan, listed, scratch, results)
+    results.scale = await measure_scale(plan, next(s for s in listed if s.key == "bridge-sqlite"), scratch)
+    results.rss = await measure_idle(plan, listed, scratch)
+    return results
+
+
+def median_rate(runs: list[Run]) -> float:
+    return statistics.median(run.rate for run in runs)
+
+
+def median_p99_ms(runs: list[Run]) -> float:
+    return statistics.median(run.percentile(0.99) for run in runs) * 1000
+
+
+def ratio(value: float, base: float) -> str:
+    return f"{value / base:.2f}×" if base else "n/a"
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def versions() -> str:
+    names = ("a2a-sdk", "starlette", "uvicorn", "uvloop", "httptools", "SQLAlchemy", "aiosqlite")
+    found = []
+    for name in names:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found.append(f"{name} {importlib.metadata.version(name)}")
+    return ", ".join(found)
+
+
+def cpu(runs: list[Run], side: str) -> str:
+    """Median share of a core used, and of the run spent waiting for one, by the server or the client."""
+    used = statistics.median(getattr(run, f"{side}_cpu") for run in runs)
+    wait = statistics.median(getattr(run, f"{side}_wait") for run in runs)
+    return f"{used:.0%} ({wait:.0%})"
+
+
+def send_table(results: Results, listed: list[Server]) -> list[str]:
+    base = median_rate(results.send["stock"])
+    lines = [
+        "| server | runs on | req/s | p99 ms | vs stock | server CPU (waited) | client CPU (waited) | req/s per round "
+        "| unexpected |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for server in listed:
+        runs = results.send[server.key]
+        rate = median_rate(runs)
+        lines.append(
+            f"| {server.label} | {server.runtime} | {rate:,.0f} | {median_p99_ms(runs):.1f} | {ratio(rate, base)} "
+            f"| {cpu(runs, 'server')} | {cpu(runs, 'client')} "
+            f"| {', '.join(f'{r.rate:,.0f}' for r in runs)} | {sum(r.unexpected for r in runs)} |"
+        )
+    return lines
+
+
+def reads_table(results: Results) -> list[str]:
+    base = median_rate(results.reads["stock GetTask"])
+    own = median_rate(results.send["bridge-memory"])
+    labels = {"stock GetTask": "stock a2a-sdk: GetTask", "bridge-memory GetTask": "a2a-bridge (memory): GetTask",
+              "bridge-memory 304 poll": "a2a-bridge (memory): Task Status poll answered 304"}
+    lines = [
+        "| request | req/s | p99 ms | vs stock GetTask | vs the bridge's SendMessage | server CPU (waited) "
+        "| req/s per round | unexpected |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for key, label in labels.items():
+        runs = results.reads[key]
+        rate = median_rate(runs)
+        lines.append(
+            f"| {label} | {rate:,.0f} | {median_p99_ms(runs):.1f} | {ratio(rate, base)} | {ratio(rate, own)} "
+            f"| {cpu(runs, 'server')} | {', '.join(f'{r.rate:,.0f}' for r in runs)} | {sum(r.unexpected for r in runs)} |"
+        )
+    return lines
+
+
+def streams_table(results: Results, listed: list[Server]) -> list[str]:
+    labels = {server.key: server.label for server in listed}
+    base = statistics.median(s.burst_rate for s in results.streams["stock"])
+    lines = [
+        "| server | first event p50 / p99 ms | every event p50 / p99 ms | paced events read before the agent's last emit "
+        "| events/s on one stream | vs stock | back-to-back: first event read before the last emit | events/s per round |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for key in ("stock", "bridge-memory"):
+        stats = results.streams[key]
+        first = [value for s in stats for value in s.first]
+        every = [value for s in stats for value in s.events]
+        early = sum(s.early for s in stats) / max(1, sum(s.comparable for s in stats))
+        rate = statistics.median(s.burst_rate for s in stats)
+        burst_early = "yes" if all(s.burst_early for s in stats) else "no"
+        lines.append(
+            f"| {labels[key]} | {percentile(first, 0.5) * 1000:.2f} / {percentile(first, 0.99) * 1000:.2f} "
+            f"| {percentile(every, 0.5) * 1000:.2f} / {percentile(every, 0.99) * 1000:.2f} "
+            f"| {early:.0%} | {rate:,.0f} | {ratio(rate, base)} | {burst_early} "
+            f"| {', '.join(f'{s.burst_rate:,.0f}' for s in stats)} |"
+        )
+    return lines
+
+
+def scale_table(scale: Scale, plan: Plan) -> list[str]:
+    small, large = plan.small_store, plan.large_store
+    lines = [
+        f"| request (one at a time) | p50 ms at {small:,} | p99 ms at {small:,} | p50 ms at {large:,} "
+        f"| p99 ms at {large:,} | {large:,} / {small:,} (p50) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, runs in (("GetTask (random stored task)", scale.get_task),
+                        (f"ListTasks (first page of {LIST_PAGE})", scale.list_tasks)):
+        cells = []
+        for size in (small, large):
+            run = runs.get(size)
+            cells += [f"{run.percentile(0.5) * 1000:.2f}", f"{run.percentile(0.99) * 1000:.2f}"] if run else ["n/a"] * 2
+        both = small in runs and large in runs
+        change = ratio(runs[large].percentile(0.5), runs[small].percentile(0.5)) if both else "n/a"
+        lines.append(f"| {label} | {' | '.join(cells)} | {change} |")
+    return lines
+
+
+def mib(value: int) -> str:
+    return f"{value / 2**20:.0f}"
+
+
+def rss_table(results: Results, plan: Plan) -> list[str]:
+    scale, rss = results.scale, results.rss
+    lines = ["| server | after | RSS MiB |", "|---|---|---:|"]
+    lines.append(f"| a2a-bridge (SQLite) | start (no task) | {mib(rss['bridge start'])} |")
+    for size, value in sorted(scale.rss.items()):
+        lines.append(f"| a2a-bridge (SQLite) | {size:,} tasks it finished | {mib(value)} |")
+    lines.append(f"| a2a-bridge (SQLite), fresh process | {rss['bridge idle tasks']:,} tasks idle in INPUT_REQUIRED "
+                 f"| {mib(rss['bridge idle'])} |")
+    lines.append(f"| stock a2a-sdk (memory) | start (no task) | {mib(rss['stock start'])} |")
+    lines.append(f"| stock a2a-sdk (memory) | {rss['stock finished tasks']:,} finished tasks | {mib(rss['stock finished'])} |")
+    lines.append(f"| stock a2a-sdk (memory) | then {rss['stock idle tasks']:,} tasks idle in INPUT_REQUIRED "
+                 f"| {mib(rss['stock idle'])} |")
+    return lines
+
+
+def acceptance(results: Results, plan: Plan) -> list[tuple[str, bool | None]]:
+    """Each ratio of issue 7 with whether it holds (None: reported, no bar)."""
+    send = {key: median_rate(runs) for key, runs in results.send.items()}
+    stock, bridge, sqlite = send["stock"], send["bridge-memory"], send["bridge-sqlite"]
+    poll = median_rate(results.reads["bridge-memory 304 poll"])
+    first = percentile([v for s in results.streams["bridge-memory"] for v in s.first], 0.5) * 1000
+    checks: list[tuple[str, bool | None]] = [
+        (f"blocking SendMessage, memory: a2a-bridge {bridge / stock:.2f}× the stock SDK (bar ≥ 3×)", bridge >= 3 * stock),
+        (f"blocking SendMessage, SQLite: a2a-bridge {sqlite / stock:.2f}× the stock SDK on memory (bar ≥ 1.5×)",
+         sqlite >= 1.5 * stock),
+        (f"304 Task Status poll {poll / bridge:.2f}× the bridge's blocking SendMessage (bar ≥ 5×)", poll >= 5 * bridge),
+        (f"streaming first event p50 {first:.2f} ms after the agent emits it (bar ≤ 5 ms)", first <= 5),
+    ]
+    scale, small, large = results.scale, plan.small_store, plan.large_store
+    growth = scale.get_task[large].percentile(0.5) / scale.get_task[small].percentile(0.5)
+    checks.append((f"GetTask p50 with {large:,} stored tasks {growth:.2f}× the time with {small:,} (bar ≤ 1.2×)",
+                   growth <= 1.2))
+    if plan.rss_store in scale.rss and large in scale.rss:
+        growth = scale.rss[large] / scale.rss[plan.rss_store]
+        checks.append((f"RSS after {large:,} finished tasks (SQLite) {growth:.2f}× the RSS after {plan.rss_store:,} "
+                       "(bar ≤ 1.2×)", growth <= 1.2))
+    else:
+        checks.append((f"RSS after {large:,} finished tasks: not measured, the bridge served {scale.served:,} tasks "
+                       f"within the fill's {plan.fill_seconds:g} s", False))
+    if "js" in send:
+        checks.append((f"blocking SendMessage, memory: a2a-bridge {bridge / send['js']:.2f}× @a2a-js/sdk (no bar)", None))
+    return checks
+
+
+def render(results: Results, plan: Plan, listed: list[Server], command: str, elapsed: float, load: float) -> str:
+    pinned = "server on core 0, load client on core 1 (taskset)" if PINNED else "server and client unpinned"
+    node = node_version()
+    lines = [
+        f"Measured with `{command}` in {elapsed / 60:.1f} min: {cpu_model()}, {os.cpu_count()} cores, {pinned}; "
+        f"load average {load:.2f} before the run; Linux {platform.release()}; CPython {platform.python_version()} ({sys.executable}) runs every Python server "
+        f"and the load client (on {'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio'})"
+        + (f"; Node {node} runs @a2a-js/sdk" if node else "; @a2a-js/sdk not measured (node or interop/js/node_modules missing)")
+        + f". {versions()}.",
+        "",
+        f"### Blocking SendMessage ({plan.connections} connections, {plan.rounds} interleaved rounds of "
+        f"{plan.seconds:g} s after {plan.warmup:g} s of warm-up; medians over rounds)",
+        "",
+        *send_table(results, listed),
+        "",
+        "### GetTask and the Task Status poll on one finished task (same load)",
+        "",
+        *reads_table(results),
+        "",
+        f"### Streaming (SendStreamingMessage; {plan.streams} streams of {plan.stream_events} artifact events "
+        f"{plan.stream_gap_ms:g} ms apart per round for latency, emit time in each event; one stream of "
+        f"{plan.burst_events:,} back-to-back events per round for events/s)",
+        "",
+        *streams_table(results, listed),
+        "",
+        f"### Stored tasks (a2a-bridge, SQLite: {results.scale.served:,} served through SendMessage at "
+        f"{results.scale.fill_rate:,.0f} tasks/s within {plan.fill_seconds:g} s, {results.scale.inserted:,} copied in "
+        f"directly by bench/populate.py; {results.scale.unexpected} unexpected answers; up to {plan.latency_requests} "
+        "requests at each size)",
+        "",
+        *scale_table(results.scale, plan),
+        "",
+        "### Server RSS",
+        "",
+        *rss_table(results, plan),
+        "",
+        "### Acceptance (issue 7)",
+        "",
+        *[f"- {'INFO' if passed is None else 'PASS' if passed else 'FAIL'}: {text}" for text, passed in acceptance(results, plan)],
+    ]
+    return "\n".join(lines)
+
+
+def write_doc(report: str, path: Path = PERFORMANCE) -> None:
+    """Put the report between the markers of docs/PERFORMANCE.md, replacing the previous one."""
+    block = f"{BEGIN}\n{report}\n{END}"
+    if path.exists() and BEGIN in (text := path.read_text()) and END in text:
+        head, rest = text.split(BEGIN, 1)
+        path.write_text(head + block + rest.split(END, 1)[1])
+    else:
+        path.write_text(f"# Performance\n\nWritten by `make bench` (bench/run.py); `make bench-quick` prints a shorter run.\n\n{block}\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    root.add_argument("--quick", action="store_true", help="one short round and smaller stores (make bench-quick)")
+    root.add_argument("--rounds", type=int, help="interleaved rounds")
+    root.add_argument("--seconds", type=float, help="time limit of each load run")
+    root.add_argument("--large-store", type=int, help="tasks in the large SQLite store")
+    root.add_argument("--bridge-root", type=Path, default=ROOT, help="run a2a-bridge from this source tree")
+    root.add_argument("--no-write", action="store_true", help=f"print only; do not update {PERFORMANCE.relative_to(ROOT)}")
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    plan = QUICK if args.quick else Plan()
+    plan = replace(
+        plan,
+        rounds=args.rounds or plan.rounds,
+        seconds=args.seconds or plan.seconds,
+        large_store=args.large_store or plan.large_store,
+    )
+    command = " ".join(["python -m bench.run", *(sys.argv[1:] if argv is None else argv)])
+    if PINNED:
+        os.sched_setaffinity(0, {CLIENT_CORE})
+    listed = servers(args.bridge_root.resolve())
+    started, load = time.monotonic(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="a2a-bench-") as scratch, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        results = runner.run(measure_all(plan, listed, Path(scratch)))
+    report = render(results, plan, listed, command, time.monotonic() - started, load)
+    print(report)
+    if not args.no_write:
+        write_doc(report)
+
+
+if __name__ == "__main__":
+    main()

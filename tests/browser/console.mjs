@@ -1,0 +1,200 @@
+// Drives the operator console in Debian's headless Chromium through playwright-core (no browser download).
+//
+//   node console.mjs live BASE_URL SCREENSHOT_DIR        sign in, watch a deploy reach AUTH_REQUIRED, approve it with a
+//                                                       click and see it complete; open its page; cancel a running task
+//   node console.mjs reconcile BASE_URL SCREENSHOT_DIR TASK   reconcile a task left in needs_reconciliation
+//
+// Prints one JSON object a line (one per step) for tests/test_console_browser.py; exits 1 after printing
+// {"error": ...} when a step fails.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const [scenario, base, shots, taskArg] = process.argv.slice(2);
+const OPERATOR_TOKEN = 'ops_demo_5b9e';
+const DEPLOYER_TOKEN = 'dpl_test_7c1e4b';
+const WAIT = 30000;
+const ARGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync',
+];
+
+const report = (step, fields) => console.log(JSON.stringify({ step, ...fields }));
+
+async function send(agent, text, messageId, token) {
+  const headers = { 'Content-Type': 'application/json', 'A2A-Version': '1.0' };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(`${base}/${agent}/a2a/jsonrpc`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({
+      jsonrpc: '2.0', id: 1, method: 'SendMessage',
+      params: { message: { messageId, role: 'ROLE_USER', parts: [{ text }] }, configuration: { returnImmediately: true } },
+    }),
+  });
+  const body = await response.json();
+  if (!body.result || !body.result.task) throw new Error(`SendMessage to ${agent}: ${JSON.stringify(body)}`);
+  return body.result.task.id;
+}
+
+const row = (id) => `#tasks tr[data-task-id="${id}"]`;
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(shots, name), fullPage: true });
+}
+
+async function signIn(page) {
+  await page.goto(`${base}/console/`);
+  await page.waitForSelector('#sign-in:not([hidden])');
+  const hint = await page.waitForSelector('#demo-hint:not([hidden])');
+  const hintText = await hint.textContent();
+  await page.fill('#token', 'not-the-token');
+  await page.click('#sign-in-form button[type=submit]');
+  const refused = await (await page.waitForSelector('#sign-in-error:not(:empty)')).textContent();
+  await page.fill('#token', OPERATOR_TOKEN);
+  await page.click('#sign-in-form button[type=submit]');
+  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#feed.live');
+  const stored = await page.evaluate(() => sessionStorage.getItem('a2a-bridge.operator-token'));
+  report('sign-in', { hint: hintText, refused, stored });
+}
+
+// Records every A2A state a task's row shows, as the page changes it.
+async function watchStates(page, id) {
+  await page.evaluate((taskId) => {
+    window.__seen = window.__seen || {};
+    const seen = (window.__seen[taskId] = []);
+    const note = () => {
+      const tr = document.querySelector(`#tasks tr[data-task-id="${taskId}"]`);
+      const state = tr && tr.dataset.state;
+      if (state && seen[seen.length - 1] !== state) seen.push(state);
+    };
+    new MutationObserver(note).observe(document.querySelector('#tasks tbody'), { childList: true, subtree: true, attributes: true });
+    note();
+  }, id);
+}
+
+const seenStates = (page, id) => page.evaluate((taskId) => window.__seen[taskId], id);
+
+async function live(page) {
+  await signIn(page);
+  await page.evaluate(() => { window.__sameDocument = true; });
+
+  const deploy = await send('deployer', 'Deploy build 2026.10.06-7 to staging', `console-deploy-${Date.now()}`, DEPLOYER_TOKEN);
+  await watchStates(page, deploy);
+  await page.waitForSelector(`${row(deploy)}[data-state="AUTH_REQUIRED"] button[data-action="approve"]`, { timeout: WAIT });
+  const waiting = await page.$eval(row(deploy), (tr) => ({
+    phase: tr.querySelector('.phase').textContent,
+    claim: tr.querySelector('.claim').dataset.claim,
+    generation: tr.querySelector('.generation').textContent,
+    actions: [...tr.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
+  }));
+  await shot(page, '01-deploy-waiting-for-approval.png');
+  await page.click(`${row(deploy)} button[data-action="approve"]`);
+  await page.waitForSelector(`${row(deploy)}[data-state="COMPLETED"]`, { timeout: WAIT });
+  const done = await page.$eval(row(deploy), (tr) => ({
+    phase: tr.querySelector('.phase').textContent,
+    claim: tr.querySelector('.claim').dataset.claim,
+    generation: tr.querySelector('.generation').textContent,
+    actions: [...tr.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
+  }));
+  const notice = await page.textContent('#notice');
+  await shot(page, '02-deploy-completed.png');
+  report('approve', {
+    task: deploy, states: await seenStates(page, deploy), waiting, done, notice,
+    sameDocument: await page.evaluate(() => window.__sameDocument === true),
+  });
+
+  await page.click(`${row(deploy)} td.task a`);
+  await page.waitForSelector(`#task [data-task-id="${deploy}"] [data-artifact="deploy-report"]`, { timeout: WAIT });
+  const page_ = await page.$eval('#task', (view) => ({
+    state: view.firstElementChild.dataset.state,
+    history: view.querySelectorAll('.history li').length,
+    artifacts: [...view.querySelectorAll('[data-artifact]')].map((node) => node.dataset.artifact),
+    report: view.querySelector('[data-artifact="deploy-report"] pre').textContent,
+    operations: [...view.querySelectorAll('.events tr[data-operation]')].map((tr) => tr.dataset.operation),
+  }));
+  await shot(page, '03-task-page.png');
+  report('task-page', page_);
+
+  await page.click('a[href="#/"]');
+  await page.waitForSelector('#tasks-view:not([hidden])');
+  const suite = await send('test-runner', 'Run the full suite for payments-api at commit 9f3c2e1', `console-suite-${Date.now()}`);
+  await watchStates(page, suite);
+  await page.waitForSelector(`${row(suite)}[data-state="WORKING"] button[data-action="cancel"]`, { timeout: WAIT });
+  await page.click(`${row(suite)} button[data-action="cancel"]`);
+  await page.waitForSelector(`${row(suite)}[data-state="CANCELED"]`, { timeout: WAIT });
+  const canceled = await page.$eval(row(suite), (tr) => ({
+    claim: tr.querySelector('.claim').dataset.claim,
+    message: tr.querySelector('.message').textContent,
+    actions: [...tr.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
+  }));
+  await shot(page, '04-task-canceled.png');
+  report('cancel', {
+    task: suite, states: await seenStates(page, suite), ...canceled,
+    sameDocument: await page.evaluate(() => window.__sameDocument === true),
+  });
+}
+
+async function reconcile(page, id) {
+  await signIn(page);
+  await page.waitForSelector(`${row(id)} .claim[data-claim="needs_reconciliation"]`, { timeout: WAIT });
+  await page.click(`${row(id)} [data-action="reconcile"]`);
+  const form = await page.waitForSelector('#task form.reconcile', { timeout: WAIT });
+  const before = await page.$eval('#task', (view) => ({
+    state: view.firstElementChild.dataset.state,
+    claim: view.querySelector('.claim-state').textContent,
+    message: view.querySelector('.status-message').textContent,
+  }));
+  await form.$eval('select[name=outcome]', (select) => { select.value = 'completed'; });
+  const pairs = await form.$$('.pair');
+  await (await pairs[0].$('[name=value]')).fill('staging serves build 2026.10.06-0');
+  await (await pairs[1].$('[name=value]')).fill('console test');
+  await (await form.$('.add-pair')).click();
+  const added = (await form.$$('.pair'))[2];
+  await (await added.$('[name=key]')).fill('health');
+  await (await added.$('[name=value]')).fill('3 of 3 passing');
+  await shot(page, '05-reconcile-form.png');
+  await (await form.$('button[type=submit]')).click();
+  await page.waitForSelector(`#task [data-task-id="${id}"][data-state="COMPLETED"] .events tr[data-operation="reconcile_completed"]`, { timeout: WAIT });
+  const after = await page.$eval('#task', (view) => ({
+    state: view.firstElementChild.dataset.state,
+    claim: view.querySelector('.claim-state').textContent,
+    message: view.querySelector('.status-message').textContent,
+    evidence: JSON.parse(view.querySelector('.events tr[data-operation="reconcile_completed"] code.evidence-json').textContent),
+    reconcileForm: Boolean(view.querySelector('form.reconcile')),
+  }));
+  await shot(page, '06-reconciled.png');
+  report('reconcile', { task: id, before, after });
+}
+
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-console-chromium-'));
+fs.mkdirSync(shots, { recursive: true });
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: ARGS,
+  viewport: { width: 1360, height: 860 },
+});
+let failed = false;
+try {
+  const page = await context.newPage();
+  page.on('pageerror', (error) => report('page-error', { message: String(error) }));
+  if (scenario === 'live') await live(page);
+  else if (scenario === 'reconcile') await reconcile(page, taskArg);
+  else throw new Error(`unknown scenario ${scenario}`);
+} catch (error) {
+  failed = true;
+  console.log(JSON.stringify({ error: String(error && error.stack ? error.stack : error) }));
+  try {
+    const [open] = context.pages();
+    if (open) await open.screenshot({ path: path.join(shots, `failed-${scenario}.png`), fullPage: true });
+  } catch {
+    // the failure is already reported
+  }
+} finally {
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);

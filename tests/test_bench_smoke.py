@@ -1,0 +1,114 @@
+"""The `make bench` harness in miniature: its response parser, a fraction of a second of load against real servers,
+the row copier of the SQLite fill, and the summary it prints. No timing is asserted."""
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from bench import run
+from bench.load import drive, parse_response
+from bench.populate import clone_tasks
+from bench.status_poll import Load, Run
+
+
+def server(key: str) -> run.Server:
+    return next(s for s in run.servers() if s.key == key)
+
+
+def test_parse_response_handles_length_chunked_and_bodiless_answers() -> None:
+    sized = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello" + b"HTTP/1.1 304 Not Modified\r\n\r\n"
+    assert parse_response(sized) == (200, b"hello", len(sized) - 29)
+    assert parse_response(sized[len(sized) - 29 :]) == (304, b"", 29)
+    chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    assert parse_response(chunked) == (200, b"abcde", len(chunked))
+    for cut in (10, 40, len(chunked) - 1):
+        assert parse_response(chunked[:cut]) is None
+    assert parse_response(sized[:40]) is None
+
+
+def test_load_client_drives_the_echo_with_a_request_per_index(tmp_path: Path) -> None:
+    with run.running(server("echo-h11"), tmp_path) as started:
+        requests = run.send_requests(started)
+        bodies: list[bytes] = []
+
+        async def go() -> Run:
+            load = Load(connections=2, requests=50, seconds=0.3)
+            return await drive("smoke", started.port, requests, 200, load, started.pid, b'"messageId"',
+                               lambda _index, body: bodies.append(body))
+
+        result = asyncio.run(go())
+    assert 0 < result.completed <= 50
+    assert result.unexpected == 0
+    assert len(result.latencies) == result.completed == len(bodies)
+    assert len({body for body in bodies}) == len(bodies), "every request carries its own messageId"
+    assert requests(7) != requests(8) and len(requests(7)) == len(requests(8))
+
+
+def test_bridge_bench_agent_completes_and_streams_with_emit_times(tmp_path: Path) -> None:
+    with run.running(server("bridge-memory"), tmp_path) as started:
+        run.checked_send(started)
+
+        async def go() -> tuple[Run, list[tuple[int, int, int]]]:
+            load = Load(connections=4, requests=40, seconds=0.5)
+            sent = await drive("smoke", started.port, run.send_requests(started), 200, load, started.pid, run.COMPLETED)
+            return sent, await run.stream_events(started, "stream 5 1")
+
+        sent, events = asyncio.run(go())
+    assert sent.completed > 0 and sent.unexpected == 0
+    assert [seq for seq, _, _ in events] == [0, 1, 2, 3, 4]
+    assert all(arrival >= emit for _, emit, arrival in events)
+
+
+def test_clone_tasks_copies_every_row_naming_the_task_under_fresh_ids(tmp_path: Path) -> None:
+    database = tmp_path / "store.db"
+    with sqlite3.connect(database) as db:
+        db.execute("CREATE TABLE tasks_bench (id VARCHAR(36) PRIMARY KEY, context_id VARCHAR(36), history JSON)")
+        db.execute("CREATE TABLE bridge_claim_events (id INTEGER PRIMARY KEY, task_id VARCHAR(64), evidence JSON)")
+        db.execute("CREATE TABLE bridge_sessions (generation INTEGER PRIMARY KEY, started_at TEXT)")
+        db.execute("INSERT INTO tasks_bench VALUES ('t-1', 'c-1', '[{\"taskId\": \"t-1\", \"contextId\": \"c-1\"}]')")
+        db.executemany("INSERT INTO bridge_claim_events (task_id, evidence) VALUES ('t-1', ?)", [("{}",), ("{}",)])
+        db.execute("INSERT INTO bridge_sessions (started_at) VALUES ('now')")
+    created = clone_tasks(database, "t-1", 3)
+    with sqlite3.connect(database) as db:
+        tasks = db.execute("SELECT id, context_id, history FROM tasks_bench WHERE id != 't-1'").fetchall()
+        events = db.execute("SELECT task_id FROM bridge_claim_events WHERE task_id != 't-1'").fetchall()
+        sessions = db.execute("SELECT count(*) FROM bridge_sessions").fetchone()
+    assert sorted(created) == sorted(task_id for task_id, _, _ in tasks)
+    assert all(task_id in history and context_id in history and "t-1" not in history for task_id, context_id, history in tasks)
+    assert len({context_id for _, context_id, _ in tasks}) == 3
+    assert sorted(task_id for (task_id,) in events) == sorted(created * 2)
+    assert sessions == (1,)
+
+
+def synthetic_run(rate: float, latency: float = 0.002) -> Run:
+    return Run("synthetic", completed=int(rate), elapsed=1.0, latencies=[latency] * 10, server_cpu=1.0)
+
+
+def test_summary_prints_every_table_and_each_acceptance_line(tmp_path: Path) -> None:
+    plan = run.Plan(rounds=1, small_store=10, rss_store=20, large_store=40)
+    listed = [s for s in run.servers() if s.key != "js"]
+    rates = {"stock": 900.0, "echo-h11": 9_000.0, "echo-fast": 20_000.0, "bridge-memory": 3_000.0, "bridge-sqlite": 1_000.0}
+    stream = run.StreamStats(first=[0.001], events=[0.001, 0.002], early=1, comparable=1, burst_rate=5_000.0, burst_early=True)
+    results = run.Results(
+        send={key: [synthetic_run(rate)] for key, rate in rates.items()},
+        reads={"stock GetTask": [synthetic_run(4_000)], "bridge-memory GetTask": [synthetic_run(8_000)],
+               "bridge-memory 304 poll": [synthetic_run(20_000)]},
+        streams={"stock": [stream], "bridge-memory": [stream]},
+        scale=run.Scale(get_task={10: synthetic_run(1, 0.001), 40: synthetic_run(1, 0.001)},
+                        list_tasks={10: synthetic_run(1, 0.01), 40: synthetic_run(1, 0.03)},
+                        rss={10: 100 * 2**20, 20: 100 * 2**20, 30: 101 * 2**20}, served=30, inserted=10, fill_rate=50.0),
+        rss={"bridge start": 90 * 2**20, "bridge idle": 95 * 2**20, "bridge idle tasks": 20, "stock start": 70 * 2**20,
+             "stock finished": 80 * 2**20, "stock finished tasks": 20, "stock idle": 120 * 2**20, "stock idle tasks": 20},
+    )
+    report = run.render(results, plan, listed, "python -m bench.run --quick", 60.0, 0.5)
+    assert "| a2a-bridge (memory) |" in report and "3.33×" in report
+    assert "- PASS: blocking SendMessage, memory: a2a-bridge 3.33× the stock SDK" in report
+    assert "- PASS: 304 Task Status poll 6.67×" in report
+    assert "- FAIL: RSS after 40 finished tasks: not measured, the bridge served 30 tasks" in report
+    assert "- PASS: GetTask p50 with 40 stored tasks 1.00×" in report
+    document = tmp_path / "PERFORMANCE.md"
+    document.write_text(f"# Performance\n\nintro\n\n{run.BEGIN}\nold table\n{run.END}\n\nafter\n")
+    run.write_doc(report, document)
+    written = document.read_text()
+    assert "old table" not in written and report in written
+    assert written.startswith("# Performance\n\nintro\n\n") and written.endswith(f"{run.END}\n\nafter\n")

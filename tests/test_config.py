@@ -1,0 +1,166 @@
+"""The security configuration: the TOML file, the A2A_BRIDGE_* variables, the command line on top, and the errors
+that name what is wrong."""
+
+import ipaddress
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from a2a_bridge.auth import Principal
+from a2a_bridge.cli import DEMO_OPERATOR_TOKEN, parser, security
+from a2a_bridge.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
+
+FILE = """
+require_auth = true
+
+[[principal]]
+name = "alice"
+kind = "user"
+token = "tok-alice"
+
+[[principal]]
+name = "planner"
+kind = "agent"
+token_env = "PLANNER_TOKEN"
+acts_for = ["alice"]
+
+[[principal]]
+name = "ops"
+kind = "operator"
+token = "tok-ops"
+
+[webhooks]
+allow_networks = ["127.0.0.1/32", "fd00::/8"]
+
+[limits]
+max_body_bytes = 2048
+max_streams = 3
+"""
+
+
+def written(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bridge.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_file_names_principals_networks_and_limits(tmp_path: Path) -> None:
+    config = load(written(tmp_path, FILE), {"PLANNER_TOKEN": "tok-planner"})
+    assert config.require_auth
+    assert config.principals == {
+        "tok-alice": Principal("alice"),
+        "tok-planner": Principal("planner", kind="agent", acts_for=frozenset({"alice"})),
+        "tok-ops": Principal("ops", kind="operator"),
+    }
+    assert config.webhook_networks == (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("fd00::/8"))
+    assert config.limits == Limits(max_body_bytes=2048, max_streams=3)
+
+
+def test_the_environment_adds_to_the_file_and_overrides_its_settings(tmp_path: Path) -> None:
+    environ = {
+        "A2A_BRIDGE_CONFIG": str(written(tmp_path, FILE)),
+        "PLANNER_TOKEN": "tok-planner",
+        "A2A_BRIDGE_REQUIRE_AUTH": "false",
+        "A2A_BRIDGE_PRINCIPALS": "user:bob=tok-bob; agent:helper>alice+bob=tok-helper operator:night=tok=night=",
+        "A2A_BRIDGE_ALLOW_WEBHOOK_NETWORKS": "10.0.0.0/8,192.168.1.7",
+        "A2A_BRIDGE_MAX_PARTS": "5",
+        "A2A_BRIDGE_MAX_BODY_BYTES": "4096",
+    }
+    config = load(None, environ)
+    assert not config.require_auth
+    assert config.principals["tok-bob"] == Principal("bob")
+    assert config.principals["tok-helper"] == Principal("helper", kind="agent", acts_for=frozenset({"alice", "bob"}))
+    assert config.principals["tok=night="] == Principal("night", kind="operator")
+    assert "tok-alice" in config.principals
+    assert ipaddress.ip_network("192.168.1.7/32") in config.webhook_networks
+    assert config.limits == Limits(max_body_bytes=4096, max_parts=5, max_streams=3)
+
+
+def test_without_file_or_variables_the_defaults_hold() -> None:
+    assert load(None, {}) == SecurityConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("require_auth = 1", "require_auth"),
+        ("requires_auth = true", "unknown keys requires_auth"),
+        ('[[principal]]\nname = "x"\nkind = "admin"\ntoken = "t"', "kind must be one of user, agent, operator"),
+        ('[[principal]]\nname = "anonymous"\ntoken = "t"', "the name must be non-empty"),
+        ('[[principal]]\nname = "alice"\ntoken = "t"\nacts_for = ["bob"]', "only an agent principal acts for people"),
+        ('[[principal]]\nname = "a"\ntoken = "t"\n[[principal]]\nname = "b"\ntoken = "t"', "the same token is given twice"),
+        ('[[principal]]\nname = "a"\ntoken = "has space"', "no whitespace"),
+        ('[[principal]]\nname = "a"\ntoken_env = "UNSET_TOKEN_VARIABLE"', "UNSET_TOKEN_VARIABLE is not set"),
+        ('[[principal]]\nname = "a"\ntoken = "t"\nrole = "x"', "unknown keys role"),
+        ("[limits]\nmax_parts = 0", "max_parts must be a positive integer"),
+        ("[limits]\nmax_parts = true", "max_parts must be a positive integer"),
+        ("[limits]\nmax_things = 3", "unknown limit 'max_things'"),
+        ('[webhooks]\nallow_networks = ["not-a-network"]', "'not-a-network' is not an address or a network"),
+        ("[webhooks]\nallow_private = true", "[webhooks] takes allow_networks only"),
+        ("this is = not toml =", "not valid TOML"),
+    ],
+)
+def test_a_file_error_names_the_file_and_the_entry(tmp_path: Path, text: str, named: str) -> None:
+    path = written(tmp_path, text)
+    with pytest.raises(ConfigError, match=re.escape(named)) as raised:
+        load(path, {})
+    assert str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("alice=tok", "expected KIND:NAME=TOKEN"),
+        ("user:alice", "expected KIND:NAME=TOKEN"),
+        ("root:alice=tok", "kind must be one of"),
+        ("user:alice>bob=tok", "only an agent principal acts for people"),
+        ("user:=tok", "the name must be non-empty"),
+    ],
+)
+def test_a_principals_variable_error_names_the_entry(text: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=f"A2A_BRIDGE_PRINCIPALS entry 1: {named}"):
+        env_principals(text)
+
+
+def test_an_agent_acts_only_for_configured_users() -> None:
+    config = SecurityConfig(principals={"t": Principal("planner", kind="agent", acts_for=frozenset({"zoe"}))})
+    with pytest.raises(ConfigError, match="agent planner acts for zoe, who has no user token"):
+        check_delegates(config)
+
+
+def serve_args(*argv: str) -> SecurityConfig:
+    return security(parser().parse_args(["serve", *argv]))
+
+
+def test_the_command_line_adds_users_networks_and_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("A2A_BRIDGE_OPERATOR_TOKEN", raising=False)
+    monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
+    demo = serve_args("--user-token", "tok-a=alice", "--allow-webhook-network", "127.0.0.1/32")
+    assert not demo.require_auth
+    assert demo.principals == {"tok-a": Principal("alice"), DEMO_OPERATOR_TOKEN: Principal("operator", kind="operator")}
+    assert demo.webhook_networks == (ipaddress.ip_network("127.0.0.1/32"),)
+
+    required = serve_args("--require-auth")
+    assert required.require_auth and required.principals == {}, "no demo operator token once a token is required"
+    chosen = serve_args("--require-auth", "--operator-token", "tok-ops")
+    assert chosen.principals == {"tok-ops": Principal("operator", kind="operator")}
+    monkeypatch.setenv("A2A_BRIDGE_OPERATOR_TOKEN", "tok-env-ops")
+    assert serve_args().principals == {"tok-env-ops": Principal("operator", kind="operator")}
+
+
+def test_a_reserved_user_name_on_the_command_line_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", "--user-token", "tok=anonymous"])
+
+
+def test_serve_stops_with_the_configuration_error(tmp_path: Path) -> None:
+    path = written(tmp_path, '[[principal]]\nname = "x"\nkind = "admin"\ntoken = "t"')
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2a_bridge", "serve", "--config", str(path), "--store", "memory"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert f"a2a-bridge serve: {path} principal 1: kind must be one of user, agent, operator" in proc.stderr

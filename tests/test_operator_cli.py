@@ -1,0 +1,185 @@
+"""The operator's commands against a live server: `a2a-bridge tasks`, `status [--watch]`, `approve`, `reconcile` and
+`cancel`, and the console API they ask for a task's agent."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from a2a_bridge.operator_cli import TOKEN_ENV
+from tests.claim_support import (
+    FULL_SUITE,
+    OPERATOR,
+    UNIT_TESTS,
+    approve,
+    claim_view,
+    rolling_out,
+    rollouts,
+    start,
+    start_deploys,
+    wait_state,
+)
+from tests.support import DEPLOYER_TOKEN, ServerProcess, user_message, wait_for
+
+CRASH_PACE = 1.5
+PLAIN = {
+    **{name: value for name, value in os.environ.items() if name not in ("FORCE_COLOR", "TTY_COMPATIBLE", TOKEN_ENV)},
+    "COLUMNS": "220",
+    "PYTHONIOENCODING": "utf-8",
+}
+"""The commands' environment: Rich's plain output (no colour codes), wide enough for a whole row of `tasks`."""
+
+
+def cli(server: ServerProcess, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    """One `a2a-bridge` command against the server (the demo operator token unless `token` is given)."""
+    extra = ["--token", token] if token is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "a2a_bridge", *args, "--url", server.url, *extra],
+        capture_output=True, text=True, timeout=60, env=PLAIN,
+    )
+
+
+def ok(server: ServerProcess, *args: str, token: str | None = None) -> str:
+    done = cli(server, *args, token=token)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A bridge whose agents take a second a step: a full suite runs long enough to cancel from a new process."""
+    server = ServerProcess(f"sqlite:///{tmp_path_factory.mktemp('cli') / 'b.db'}", pace=1.0).start()
+    yield server
+    server.stop()
+
+
+def test_tasks_shows_the_three_views_of_each_task(bridge: ServerProcess) -> None:
+    [deploy] = start_deploys(bridge, "cli-tasks", 1)
+    finished = start(bridge, "test-runner", user_message(UNIT_TESTS, "cli-tasks-unit"))["id"]
+    wait_state(bridge, "test-runner", finished, "TASK_STATE_COMPLETED")
+    out = ok(bridge, "tasks")
+    lines = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]] for line in out.splitlines() if line.count("│") > 5}
+    assert lines[deploy] == ["deployer", "AUTH_REQUIRED", "processing", "", "awaiting_reply", "1", "", "approve cancel"]
+    assert lines[finished] == ["test-runner", "COMPLETED", "terminal (completed)", "", "completed", "1", "", ""]
+    assert list(lines).index(finished) < list(lines).index(deploy), "newest first"
+    header = out.splitlines()[2]
+    for column in ("task", "agent", "A2A state", "phase", "notifications", "claim", "gen", "lease until", "actions"):
+        assert column in header
+
+
+def test_status_renders_the_status_object(bridge: ServerProcess) -> None:
+    [deploy] = start_deploys(bridge, "cli-status", 1)
+    out = ok(bridge, "status", deploy)
+    assert out.splitlines()[0] == f"{deploy} (deployer, for deployer-client)"
+    assert out.splitlines()[1].startswith("revision ") and out.splitlines()[1].endswith(": processing")
+    as_owner = ok(bridge, "status", deploy, "--agent", "deployer", token=DEPLOYER_TOKEN)
+    assert as_owner == out
+    not_owner = cli(bridge, "status", deploy, "--agent", "deployer")
+    assert not_owner.returncode == 1 and "404 Task not found" in not_owner.stderr
+
+
+def test_status_watch_follows_a_deploy_that_approve_resumes(bridge: ServerProcess) -> None:
+    [deploy] = start_deploys(bridge, "cli-watch", 1)
+    command = [sys.executable, "-m", "a2a_bridge", "status", deploy, "--watch", "--url", bridge.url]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=PLAIN) as watch:
+        assert watch.stdout is not None
+        assert watch.stdout.readline().startswith(f"watching {deploy};")
+        assert watch.stdout.readline().rstrip().endswith(": processing")
+        approved = ok(bridge, "approve", deploy)
+        out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err
+    assert approved.strip() == f"approved {deploy} (deployer): the deploy resumes"
+    lines = out.splitlines()
+    assert lines[-1] == "the task has ended"
+    assert lines[-2].endswith(": terminal (completed)")
+    assert all(": processing" in line for line in lines[:-2]), lines
+    assert wait_state(bridge, "deployer", deploy, "TASK_STATE_COMPLETED")
+
+
+def test_cancel_stops_any_callers_task_in_the_operators_name(bridge: ServerProcess) -> None:
+    task_id = start(bridge, "test-runner", user_message(FULL_SUITE, "cli-cancel"))["id"]
+    wait_state(bridge, "test-runner", task_id, "TASK_STATE_WORKING")
+    assert ok(bridge, "cancel", task_id).strip() == f"canceled {task_id} (test-runner)"
+    events = claim_view(bridge, "test-runner", task_id)["events"]
+    assert {"operation": "request_cancel", "evidence": {"requested_by": "operator"}}.items() <= next(
+        e for e in events if e["operation"] == "request_cancel"
+    ).items()
+    again = cli(bridge, "cancel", task_id)
+    assert again.returncode == 1
+    assert "409 Task cannot be canceled" in again.stderr
+
+
+def test_commands_explain_what_the_server_refused(bridge: ServerProcess) -> None:
+    unknown = cli(bridge, "approve", "no-such-task")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "error: GET /console/api/tasks/no-such-task: 404 Task not found"
+    stranger = cli(bridge, "tasks", token="not-a-token")
+    assert stranger.returncode == 1
+    assert "401 Send Authorization: Bearer <operator token>" in stranger.stderr
+    not_operator = cli(bridge, "tasks", token=DEPLOYER_TOKEN)
+    assert "403 The console is for the operator" in not_operator.stderr
+    finished = start(bridge, "test-runner", user_message(UNIT_TESTS, "cli-refused"))["id"]
+    wait_state(bridge, "test-runner", finished, "TASK_STATE_COMPLETED")
+    refused = cli(bridge, "approve", finished, "--agent", "deployer")
+    assert refused.returncode == 1 and "404 Task not found" in refused.stderr
+
+
+def test_the_console_api_is_the_operators(bridge: ServerProcess) -> None:
+    assert httpx.get(f"{bridge.url}/console/api/tasks", timeout=10).status_code == 401
+    assert httpx.get(f"{bridge.url}/console/api/tasks", headers={"Authorization": f"Bearer {DEPLOYER_TOKEN}"}, timeout=10).status_code == 403
+    assert httpx.get(f"{bridge.url}/console/api/tasks?limit=0", headers=OPERATOR, timeout=10).status_code == 400
+    assert httpx.get(f"{bridge.url}/console/api/info", timeout=10).json()["demo_token"] == "ops_demo_5b9e"
+    page = httpx.get(f"{bridge.url}/console/", timeout=10)
+    assert page.status_code == 200 and "operator console" in page.text
+    cancel = httpx.post(f"{bridge.url}/test-runner/tasks/anything/cancel", timeout=10)
+    assert cancel.status_code == 404
+
+
+def test_the_change_feed_pushes_a_row_when_its_task_changes(bridge: ServerProcess) -> None:
+    frames: list[dict[str, Any]] = []
+    with httpx.stream("GET", f"{bridge.url}/console/api/stream", headers=OPERATOR, timeout=30) as feed:
+        task_id = ""
+        for line in feed.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            frames.append(json.loads(line.removeprefix("data:")))
+            if len(frames) == 1:
+                assert frames[0]["snapshot"] is True
+                task_id = start(bridge, "test-runner", user_message(UNIT_TESTS, "cli-feed"))["id"]
+            elif any(row["id"] == task_id and row["state"] == "TASK_STATE_COMPLETED" for row in frames[-1]["tasks"]):
+                break
+    later = [row for frame in frames[1:] for row in frame["tasks"]]
+    assert all(frame["snapshot"] is False for frame in frames[1:])
+    assert {row["id"] for row in later} == {task_id}
+    assert later[-1]["claim"]["state"] == "completed" and later[-1]["status"]["phase"] == "terminal"
+
+
+def test_reconcile_reports_an_outcome_with_evidence(tmp_path: Path) -> None:
+    ledger = tmp_path / "deploys.jsonl"
+    server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=CRASH_PACE, extra=["--deploy-ledger", str(ledger)]).start()
+    try:
+        [task_id] = start_deploys(server, "cli-crash", 1)
+        approved_at = time.monotonic()
+        approve(server, task_id)
+        wait_for(lambda: rolling_out(server, task_id), timeout=CRASH_PACE, what="the rollout to start")
+        assert time.monotonic() - approved_at < CRASH_PACE, "the rollout may have ended before the crash"
+        server.kill()
+        server.start()
+        assert "needs_reconciliation" in ok(server, "tasks")
+        missing = cli(server, "reconcile", task_id, "--outcome", "completed")
+        assert missing.returncode == 2 and "--evidence" in missing.stderr
+        out = ok(server, "reconcile", task_id, "--outcome", "completed", "--evidence", "note=checked staging", "checked_by=cli")
+        assert out.strip() == f"reconciled {task_id} (deployer) as completed: claim completed, generation 2"
+        event = claim_view(server, "deployer", task_id)["events"][-1]
+        assert event["operation"] == "reconcile_completed"
+        assert event["evidence"] == {"note": "checked staging", "checked_by": "cli"}
+        assert rollouts(ledger)[task_id] == 0
+    finally:
+        server.stop()
