@@ -127,6 +127,8 @@ class LiveTask:
     fenced: set[int] = field(default_factory=set)
     canceling: asyncio.Event | None = None
     users: int = 0
+    durable: tuple[Task, TaskRecord] | None = None
+    """The task and record as last stored: what the status view shows, so a revision always names stored content."""
     claim_log: list[ClaimEvent] = field(default_factory=list)
     """Claim events posted but not yet stored; they are written with the record."""
 
@@ -261,6 +263,9 @@ class TaskHost:
         if live is not None and (live.running is not None or not self.ledger.shared):
             if not may_see(live.record.owner, live.record.responsible_user, context):
                 return None
+            if live.durable is not None:
+                task, record = live.durable
+                return snapshot(task), replace(record)
             return snapshot(live.task), replace(live.record)
         record = await self.ledger.get(task_id)
         if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
@@ -282,7 +287,7 @@ class TaskHost:
             task = await self.store.get(task_id, owner_context(record.owner)) if record and allowed else None
             if task is None or record is None:
                 raise errors.task_not_found(task_id)
-            live = self._live.setdefault(task_id, LiveTask(task=task, record=record))
+            live = self._live.setdefault(task_id, LiveTask(task=task, record=record, durable=(snapshot(task), replace(record))))
         elif not self._may_use(live.record, context, operators):
             raise errors.task_not_found(task_id)
         live.users += 1
@@ -384,7 +389,9 @@ class TaskHost:
             else:
                 record.idle_expires_at = None
                 self._deadlines.pop(record.task_id, None)
-            await self.ledger.save(self.store, live.task, live.owner, record, self._posted(live))
+            persisted = snapshot(live.task)
+            await self.ledger.save(self.store, persisted, live.owner, record, self._posted(live))
+            live.durable = (persisted, replace(record))
         change = self._changes.pop(live.task.id, None)
         if change is not None:
             change.set()
