@@ -247,10 +247,12 @@ class TaskHost:
         await asyncio.gather(*self._background, return_exceptions=True)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        """The freshest copy of a task that the caller may see."""
+        """The task as last stored, if the caller may see it (from memory while this process holds it)."""
         live = self._live.get(task_id)
         if live is not None and (live.running is not None or not self.ledger.shared):
-            return snapshot(live.task) if may_see(live.record.owner, live.record.responsible_user, context) else None
+            if not may_see(live.record.owner, live.record.responsible_user, context):
+                return None
+            return snapshot(live.durable[0] if live.durable is not None else live.task)
         task = await self.store.get(task_id, context)
         if task is not None or not caller_name(context):
             return task
