@@ -362,7 +362,10 @@ class TaskHost:
     async def _commit_at_rest(self, live: LiveTask, expected: Claim) -> bool:
         """Store a claim change made while no turn runs, only if no other replica changed the claim first."""
         async with live.save_lock:
-            return await self.ledger.put_if(live.record, expected, self._posted(live))
+            stored = await self.ledger.put_if(live.record, expected, self._posted(live))
+            if stored:
+                self._stored_claim(live)
+            return stored
 
     async def _refresh(self, live: LiveTask) -> None:
         """Reread a task that no turn of this process runs: another replica may have changed it."""
@@ -402,6 +405,14 @@ class TaskHost:
         """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
         async with live.save_lock:
             await self.ledger.put(live.record, self._posted(live))
+            self._stored_claim(live)
+
+    @staticmethod
+    def _stored_claim(live: LiveTask) -> None:
+        """The claim just stored joins the stored view; the status fields and the task there are unchanged."""
+        if live.durable is not None:
+            task, record = live.durable
+            live.durable = (task, replace(record, claim=live.record.claim, signal=live.record.signal))
 
     def _publish(self, live: LiveTask, turn: int | None, item: FeedItem) -> None:
         """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""
