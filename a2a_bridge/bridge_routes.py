@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from a2a_bridge.auth import caller_name, may_see, owner_context, public_base
-from a2a_bridge.claims import AWAITING_REPLY, ClaimError
+from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
 from a2a_bridge.states import state_name
@@ -67,17 +67,23 @@ def not_found(task_id: str) -> JSONResponse:
     return problem(404, "NOT_FOUND", "Task not found", taskId=task_id)
 
 
-def claim_view(record: TaskRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
-    claim = record.claim
+def claim_fields(claim: Claim) -> dict[str, Any]:
+    """The claim's own fields, as the claim view and the console show them."""
     return {
-        "taskId": record.task_id,
-        "agent": record.agent,
         "state": claim.state,
         "claim_generation": claim.claim_generation,
         "session_generation": claim.session_generation,
         "lease_until": iso(claim.lease_until) if claim.lease_until else None,
         "cancellation_requested": claim.cancellation_requested,
         "stage": claim.stage,
+    }
+
+
+def claim_view(record: TaskRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "taskId": record.task_id,
+        "agent": record.agent,
+        **claim_fields(record.claim),
         "events": [{**event, "at": iso(event["at"])} for event in events],
     }
 

@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from a2a_bridge.auth import Principal, bearer_token, owner_context
-from a2a_bridge.bridge_routes import BridgeEndpoints, claim_view, not_found, problem
+from a2a_bridge.bridge_routes import BridgeEndpoints, claim_fields, claim_view, not_found, problem
 from a2a_bridge.claims import AWAITING_REPLY, NEEDS_RECONCILIATION
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import Ledger, TaskRecord
@@ -136,14 +136,7 @@ class Console:
             "state": state_name(task.status.state),
             "message": status_text(task),
             "status": status_object(task, record)["status"],
-            "claim": {
-                "state": claim.state,
-                "claim_generation": claim.claim_generation,
-                "session_generation": claim.session_generation,
-                "lease_until": iso(claim.lease_until) if claim.lease_until else None,
-                "cancellation_requested": claim.cancellation_requested,
-                "stage": claim.stage,
-            },
+            "claim": claim_fields(claim),
             "actions": self.actions(task, record),
         }
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import DEPLOYER_TOKEN, ServerProcess, rpc, user_message, wait_for
+from tests.support import DEPLOYER_TOKEN, DIFF, ServerProcess, rpc, user_message, wait_for
 
 OPERATOR_TOKEN = "ops_demo_5b9e"
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
@@ -17,14 +17,6 @@ DEPLOYER = {"Authorization": f"Bearer {DEPLOYER_TOKEN}"}
 RECONCILE_TEXT = (
     "The server stopped while this task was working, and repeating its work is not safe. "
     "An operator must reconcile it."
-)
-DIFF = (
-    "--- a/payments/refunds.py\n"
-    "+++ b/payments/refunds.py\n"
-    "@@ -40,3 +40,4 @@ def partial_refund(charge, amount):\n"
-    "-    refund = amount - charge.fee\n"
-    "+    amount = math.floor(amount)\n"
-    "+    refund = amount - charge.fee\n"
 )
 FULL_SUITE = "Run the full suite for payments-api at commit 9f3c2e1"
 UNIT_TESTS = "Run the unit tests for payments-api at commit 9f3c2e1"

@@ -21,6 +21,15 @@ T = TypeVar("T")
 
 A2A = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
+DIFF = (
+    "--- a/payments/refunds.py\n"
+    "+++ b/payments/refunds.py\n"
+    "@@ -40,3 +40,4 @@ def partial_refund(charge, amount):\n"
+    "-    refund = amount - charge.fee\n"
+    "+    amount = math.floor(amount)\n"
+    "+    refund = amount - charge.fee\n"
+)
+"""The unified diff the review tests send: it touches payments/refunds.py, so the reviewer finds two issues."""
 LOOPBACK_WEBHOOKS = ["--allow-webhook-network", "127.0.0.1/32"]
 """Lets a server deliver webhooks to a receiver on 127.0.0.1, which the bridge refuses by default."""
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

@@ -7,16 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, free_port, rpc
+from tests.support import A2A, DIFF, LOOPBACK_WEBHOOKS, ServerProcess, free_port, rpc
 
-DIFF = (
-    "--- a/payments/refunds.py\n"
-    "+++ b/payments/refunds.py\n"
-    "@@ -40,3 +40,4 @@ def partial_refund(charge, amount):\n"
-    "-    refund = amount - charge.fee\n"
-    "+    amount = math.floor(amount)\n"
-    "+    refund = amount - charge.fee\n"
-)
 ASK_BASE = "Which base branch should I compare this diff against?"
 
 

@@ -27,20 +27,12 @@ from a2a.types import (
 from a2a.utils.signing import create_signature_verifier
 
 from agents.catalog import DEPLOYER_SIGNING_KEY
-from tests.support import DEPLOYER_TOKEN, ServerProcess, wait_for
+from tests.support import DEPLOYER_TOKEN, DIFF, ServerProcess, wait_for
 
 R = TypeVar("R")
 
 RUN_UNIT = "Run the unit tests for payments-api at commit 9f3c2e1"
 RUN_FULL = "Run the full suite for payments-api at commit 9f3c2e1"
-DIFF = (
-    "--- a/payments/refunds.py\n"
-    "+++ b/payments/refunds.py\n"
-    "@@ -40,3 +40,4 @@ def partial_refund(charge, amount):\n"
-    "-    refund = amount - charge.fee\n"
-    "+    amount = math.floor(amount)\n"
-    "+    refund = amount - charge.fee\n"
-)
 
 
 def message(*parts: Part, task: Task | None = None) -> Message:
