@@ -3,6 +3,7 @@ the deployer's ledger of rollouts, and deployer tasks left mid-rollout by a cras
 
 import base64
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -148,3 +149,19 @@ def error_fields(error: dict[str, Any]) -> set[str]:
         fields |= {v["field"] for v in detail.get("fieldViolations", [])}
         fields |= {e["field"] for e in (detail.get("metadata") or {}).get("errors", [])}
     return fields
+
+
+CRASH_PACE = 1.5
+"""Seconds of each deployer step in a crash test: the rollout the crash interrupts lasts this long."""
+
+
+def crash_mid_rollout(server: ServerProcess, prefix: str) -> str:
+    """Approve one deploy on a server paced at CRASH_PACE, SIGKILL it mid-rollout, restart it; the deploy's task id."""
+    [task_id] = start_deploys(server, prefix, 1)
+    approved_at = time.monotonic()
+    approve(server, task_id)
+    wait_for(lambda: rolling_out(server, task_id), timeout=CRASH_PACE, what="the rollout to start")
+    assert time.monotonic() - approved_at < CRASH_PACE, "the rollout may have ended before the crash"
+    server.kill()
+    server.start()
+    return task_id

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,22 +13,19 @@ from typing import Any
 import pytest
 
 from tests.claim_support import (
-    approve,
+    CRASH_PACE,
     claim_view,
+    crash_mid_rollout,
     get_task,
-    rolling_out,
     rollouts,
-    start_deploys,
 )
-from tests.support import ServerProcess, wait_for
+from tests.support import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER_DIR = ROOT / "tests" / "browser"
 PLAYWRIGHT = BROWSER_DIR / "node_modules" / "playwright-core"
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = ROOT / "build" / "console"
-CRASH_PACE = 1.5
-"""Seconds of each deployer step in the crash test: the rollout the crash interrupts lasts this long."""
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +109,7 @@ def test_a_deploy_interrupted_by_a_crash_is_reconciled_from_its_page(node: str, 
     ledger = tmp_path / "deploys.jsonl"
     server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=CRASH_PACE, extra=["--deploy-ledger", str(ledger)]).start()
     try:
-        [task_id] = start_deploys(server, "console-crash", 1)
-        approved_at = time.monotonic()
-        approve(server, task_id)
-        wait_for(lambda: rolling_out(server, task_id), timeout=CRASH_PACE, what="the rollout to start")
-        assert time.monotonic() - approved_at < CRASH_PACE, "the rollout may have ended before the crash"
-        server.kill()
-        server.start()
+        task_id = crash_mid_rollout(server, "console-crash")
         step = drive(node, "reconcile", server.url, str(SCREENSHOTS), task_id)["reconcile"]
         assert step["before"]["state"] == "AUTH_REQUIRED"
         assert step["before"]["claim"] == "needs reconciliation"

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,20 +14,19 @@ import pytest
 
 from a2a_bridge.operator_cli import TOKEN_ENV
 from tests.claim_support import (
+    CRASH_PACE,
     FULL_SUITE,
     OPERATOR,
     UNIT_TESTS,
-    approve,
     claim_view,
-    rolling_out,
+    crash_mid_rollout,
     rollouts,
     start,
     start_deploys,
     wait_state,
 )
-from tests.support import DEPLOYER_TOKEN, ServerProcess, user_message, wait_for
+from tests.support import DEPLOYER_TOKEN, ServerProcess, user_message
 
-CRASH_PACE = 1.5
 PLAIN = {
     **{name: value for name, value in os.environ.items() if name not in ("FORCE_COLOR", "TTY_COMPATIBLE", TOKEN_ENV)},
     "COLUMNS": "220",
@@ -165,13 +163,7 @@ def test_reconcile_reports_an_outcome_with_evidence(tmp_path: Path) -> None:
     ledger = tmp_path / "deploys.jsonl"
     server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=CRASH_PACE, extra=["--deploy-ledger", str(ledger)]).start()
     try:
-        [task_id] = start_deploys(server, "cli-crash", 1)
-        approved_at = time.monotonic()
-        approve(server, task_id)
-        wait_for(lambda: rolling_out(server, task_id), timeout=CRASH_PACE, what="the rollout to start")
-        assert time.monotonic() - approved_at < CRASH_PACE, "the rollout may have ended before the crash"
-        server.kill()
-        server.start()
+        task_id = crash_mid_rollout(server, "cli-crash")
         assert "needs_reconciliation" in ok(server, "tasks")
         missing = cli(server, "reconcile", task_id, "--outcome", "completed")
         assert missing.returncode == 2 and "--evidence" in missing.stderr
