@@ -1,10 +1,14 @@
 """What the bridge stores beside the SDK's tasks: per-task records (status view and claim), claim events, sent messages, sessions."""
 
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabaseTaskStore, TaskStore
+from a2a.types import Task
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -18,18 +22,19 @@ from sqlalchemy import (
     and_,
     delete,
     insert,
+    inspect,
     select,
     text,
+    tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-
-from a2a.server.context import ServerCallContext
-from a2a.server.tasks import DatabaseTaskStore, TaskStore
-from a2a.types import Task
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.dml import Insert
 
 from a2a_bridge.claims import Claim
+from a2a_bridge.group_commit import GroupCommit
 from a2a_bridge.task_status import Notification
 
 metadata = MetaData()
@@ -246,6 +251,54 @@ def _record(row: Any) -> TaskRecord:
     )
 
 
+def _event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:
+    return [event.row() for event in events]
+
+
+@functools.cache
+def _columns(model: type) -> tuple[tuple[str, str], ...]:
+    """(attribute, column key) of each column of an SDK table model."""
+    return tuple((attribute.key, attribute.columns[0].key) for attribute in inspect(model).column_attrs)
+
+
+def task_row(store: DatabaseTaskStore, task: Task, owner: str) -> dict[str, Any]:
+    """The SDK task store's row for a task, as its own mapping (`_to_orm`) makes it."""
+    model = store._to_orm(task, owner)
+    return {column: getattr(model, attribute) for attribute, column in _columns(type(model))}
+
+
+@functools.cache
+def _upsert_statement(dialect: str, table: Table) -> Insert:
+    """INSERT, or UPDATE of every other column where the primary key exists (SQLite and PostgreSQL)."""
+    statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+    keys = {column.name for column in table.primary_key.columns}
+    return statement.on_conflict_do_update(
+        index_elements=sorted(keys),
+        set_={column.name: statement.excluded[column.name] for column in table.columns if column.name not in keys},
+    )
+
+
+@dataclass(frozen=True)
+class _Save:
+    """A task row (absent for a record-only write), its record row and the claim events it posted."""
+
+    table: Table | None
+    task: dict[str, Any] | None
+    record: dict[str, Any]
+    events: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Remember:
+    """A message sent under (agent, owner, messageId), unless it was sent before."""
+
+    key: tuple[str, str, str]
+    sent: SentMessage
+
+
+_Write = _Save | _Remember
+
+
 class SqlLedger:
     """The ledger in the same database as the tasks: SQLite (one process) or PostgreSQL (shared by replicas)."""
 
@@ -254,6 +307,7 @@ class SqlLedger:
         self.shared = engine.dialect.name == "postgresql"
         self._ready = False
         self._session_lock: AsyncConnection | None = None
+        self._writes: GroupCommit[_Write, SentMessage | None] = GroupCommit(self._write_many, self._write_one)
 
     async def _init(self) -> None:
         if not self._ready:
@@ -286,6 +340,7 @@ class SqlLedger:
         return not taken
 
     async def close(self) -> None:
+        await self._writes.close()
         if self._session_lock is not None:
             await self._session_lock.close()
             self._session_lock = None
@@ -304,32 +359,22 @@ class SqlLedger:
         async with self.engine.connect() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
 
-    async def _upsert(self, conn: AsyncConnection | AsyncSession, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        values = _row_values(record)
-        updated = await conn.execute(update(records_table).where(records_table.c.task_id == record.task_id).values(**values))
-        if updated.rowcount == 0:
-            await conn.execute(insert(records_table).values(**values))
-        if events:
-            await conn.execute(insert(claim_events_table), [event.row() for event in events])
-
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent]
     ) -> None:
-        """Store the SDK task, its record and the claim events it posted in one transaction."""
+        """Store the SDK task, its record and the claim events it posted in one transaction (shared with the other
+        writes of the moment: see group_commit)."""
         await self._init()
         if not isinstance(store, DatabaseTaskStore):
             await store.save(task, context)
             await self.put(record, events)
             return
-        owner = store.owner_resolver(context)
-        async with store.async_session_maker.begin() as session:
-            await session.merge(store._to_orm(task, owner))  # noqa: SLF001 - the one place the two writes share a transaction
-            await self._upsert(session, record, events)
+        row = task_row(store, task, store.owner_resolver(context))
+        await self._writes.submit(_Save(store.task_model.__table__, row, _row_values(record), _event_rows(events)))
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         await self._init()
-        async with self.engine.begin() as conn:
-            await self._upsert(conn, record, events)
+        await self._writes.submit(_Save(None, None, _row_values(record), _event_rows(events)))
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         """Store the record only if its claim is still `expected` (generation and state): one replica wins."""
@@ -428,22 +473,70 @@ class SqlLedger:
 
     async def remember(self, agent: str, owner: str, message_id: str, sent: SentMessage) -> SentMessage | None:
         await self._init()
+        return await self._writes.submit(_Remember((agent, owner, message_id), sent))
+
+    async def _write_many(self, writes: list["_Write"]) -> list[SentMessage | None]:
+        """One transaction for a batch: each task's and record's last row, every claim event, every new message."""
+        results: list[SentMessage | None] = [None] * len(writes)
+        tasks: dict[Table, dict[str, dict[str, Any]]] = {}
+        records: dict[str, dict[str, Any]] = {}
+        events: list[dict[str, Any]] = []
+        remembered: list[tuple[int, _Remember]] = []
+        for index, write in enumerate(writes):
+            if isinstance(write, _Remember):
+                remembered.append((index, write))
+                continue
+            if write.table is not None and write.task is not None:
+                tasks.setdefault(write.table, {})[write.task["id"]] = write.task
+            records[write.record["task_id"]] = write.record
+            events += write.events
+        async with self.engine.begin() as conn:
+            if remembered:
+                await self._remember_all(conn, remembered, results)
+            for table, rows in tasks.items():
+                await conn.execute(self._upsert(table), list(rows.values()))
+            if records:
+                await conn.execute(self._upsert(records_table), list(records.values()))
+            if events:
+                await conn.execute(insert(claim_events_table), events)
+        return results
+
+    async def _remember_all(
+        self, conn: AsyncConnection, remembered: list[tuple[int, "_Remember"]], results: list[SentMessage | None]
+    ) -> None:
+        """Insert the messages not sent before; the others get what their first send stored."""
         table = messages_table
-        key = and_(table.c.agent == agent, table.c.owner == owner, table.c.message_id == message_id)
+        keys = [write.key for _, write in remembered]
+        query = select(table).where(tuple_(table.c.agent, table.c.owner, table.c.message_id).in_(keys))
+        known = {
+            (row.agent, row.owner, row.message_id): SentMessage(row.fingerprint, row.task_id, row.reply)
+            for row in (await conn.execute(query)).all()
+        }
+        fresh: list[dict[str, Any]] = []
+        for index, write in remembered:
+            if write.key in known:
+                results[index] = known[write.key]
+                continue
+            known[write.key] = write.sent
+            agent, owner, message_id = write.key
+            fresh.append({
+                "agent": agent, "owner": owner, "message_id": message_id, "fingerprint": write.sent.fingerprint,
+                "task_id": write.sent.task_id, "reply": write.sent.reply,
+            })
+        if fresh:
+            await conn.execute(insert(table), fresh)
+
+    async def _write_one(self, write: "_Write") -> SentMessage | None:
+        """A write alone; a message another replica inserted first is answered from its row."""
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(
-                    insert(table).values(
-                        agent=agent, owner=owner, message_id=message_id, fingerprint=sent.fingerprint,
-                        task_id=sent.task_id, reply=sent.reply,
-                    )
-                )
-            return None
+            return (await self._write_many([write]))[0]
         except IntegrityError:
-            async with self.engine.connect() as conn:
-                row = (await conn.execute(select(table).where(key))).first()
-            assert row is not None
-            return SentMessage(row.fingerprint, row.task_id, row.reply)
+            if not isinstance(write, _Remember):
+                raise
+            return (await self._write_many([write]))[0]
+
+    def _upsert(self, table: Table) -> Insert:
+        return _upsert_statement(self.engine.dialect.name, table)
 
     async def settle(self, agent: str, owner: str, message_id: str, task_id: str | None, reply: str | None) -> None:
         await self._init()

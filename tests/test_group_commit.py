@@ -1,0 +1,111 @@
+"""Group commit: writes submitted together share one transaction, each writer waits for its own, a bad write fails
+alone; and over the wire, a burst of concurrent sends on SQLite is all there after a restart."""
+
+import asyncio
+import concurrent.futures
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from a2a_bridge.group_commit import GroupCommit
+from tests.support import A2A, ServerProcess
+
+
+class Recorder:
+    """A fake store: records each batch; items equal to 'bad' fail the batch that holds them."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.gate = asyncio.Event()
+
+    async def write_many(self, items: list[str]) -> list[str]:
+        self.batches.append(list(items))
+        await self.gate.wait()
+        if "bad" in items:
+            raise ValueError("bad item")
+        return [item.upper() for item in items]
+
+    async def write_one(self, item: str) -> str:
+        return (await self.write_many([item]))[0]
+
+
+def test_writes_submitted_while_a_batch_runs_share_the_next_batch() -> None:
+    asyncio.run(_test_writes_submitted_while_a_batch_runs_share_the_next_batch())
+
+
+async def _test_writes_submitted_while_a_batch_runs_share_the_next_batch() -> None:
+    store = Recorder()
+    commit: GroupCommit[str, str] = GroupCommit(store.write_many, store.write_one)
+    first = asyncio.ensure_future(commit.submit("a"))
+    await asyncio.sleep(0)
+    waiting = [asyncio.ensure_future(commit.submit(name)) for name in "bcd"]
+    await asyncio.sleep(0)
+    assert store.batches == [["a"]]
+    assert not any(job.done() for job in [first, *waiting])
+    store.gate.set()
+    assert await first == "A"
+    assert await asyncio.gather(*waiting) == ["B", "C", "D"]
+    assert store.batches == [["a"], ["b", "c", "d"]]
+
+
+def test_a_failing_write_fails_alone_and_the_others_commit() -> None:
+    asyncio.run(_test_a_failing_write_fails_alone_and_the_others_commit())
+
+
+async def _test_a_failing_write_fails_alone_and_the_others_commit() -> None:
+    store = Recorder()
+    store.gate.set()
+    commit: GroupCommit[str, str] = GroupCommit(store.write_many, store.write_one)
+    results = await asyncio.gather(*(commit.submit(item) for item in ["x", "bad", "y"]), return_exceptions=True)
+    assert results[0] == "X" and results[2] == "Y"
+    assert isinstance(results[1], ValueError)
+    assert store.batches[0] == ["x", "bad", "y"]
+
+
+def test_a_canceled_writer_does_not_stop_its_write() -> None:
+    asyncio.run(_test_a_canceled_writer_does_not_stop_its_write())
+
+
+async def _test_a_canceled_writer_does_not_stop_its_write() -> None:
+    store = Recorder()
+    commit: GroupCommit[str, str] = GroupCommit(store.write_many, store.write_one)
+    job = asyncio.ensure_future(commit.submit("a"))
+    await asyncio.sleep(0)
+    job.cancel()
+    store.gate.set()
+    await commit.close()
+    assert store.batches == [["a"]]
+    with pytest.raises(asyncio.CancelledError):
+        await job
+
+
+def send(base: str, index: int) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": index, "method": "SendMessage",
+            "params": {"message": {"messageId": f"burst-{index}", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}}
+    return httpx.post(f"{base}/bench/a2a/jsonrpc", json=body, headers=A2A, timeout=30).json()
+
+
+def test_a_burst_of_concurrent_sends_on_sqlite_is_all_there_after_a_crash(tmp_path: Path) -> None:
+    """Every answered send was committed: the server is killed (SIGKILL) right after the burst."""
+    server = ServerProcess(f"sqlite:///{tmp_path / 'burst.db'}", extra=["--agent", "bench"]).start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda index: send(server.url, index), range(64)))
+        tasks = {answer["result"]["task"]["id"]: answer["result"]["task"] for answer in answers}
+        assert len(tasks) == 64
+        assert {task["status"]["state"] for task in tasks.values()} == {"TASK_STATE_COMPLETED"}
+        server.kill()
+        server.start()
+        assert send(server.url, 7)["result"]["task"]["id"] == answers[7]["result"]["task"]["id"]
+        for task_id, task in tasks.items():
+            body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+            stored = httpx.post(f"{server.url}/bench/a2a/jsonrpc", json=body, headers=A2A, timeout=10).json()
+            assert stored["result"]["artifacts"] == task["artifacts"], json.dumps(stored)[:300]
+            assert stored["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            status = httpx.get(f"{server.url}/bench/tasks/{task_id}/status", headers=A2A, timeout=10)
+            assert status.json()["status"]["phase"] == "terminal"
+    finally:
+        server.stop()
