@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -131,13 +132,13 @@ def apply(claim: Claim, op: Op, now: datetime, lease: timedelta = DEFAULT_LEASE)
     if op.operation == "request_cancel":
         target = NEEDS_RECONCILIATION if claim.state == NEEDS_RECONCILIATION else CANCEL_REQUESTED
         return replace(claim, state=target, cancellation_requested=True)
-    updated = replace(claim, state=target)
+    changes: dict[str, Any] = {"state": target}
     if op.operation in NEW_GENERATION:
-        updated = replace(updated, claim_generation=claim.claim_generation + 1, session_generation=op.session)
+        changes.update(claim_generation=claim.claim_generation + 1, session_generation=op.session)
     if op.operation == "open_window":
-        updated = replace(updated, lease_until=now + timedelta(seconds=op.window_seconds or 0), stage=op.stage)
+        changes.update(lease_until=now + timedelta(seconds=op.window_seconds or 0), stage=op.stage)
     elif op.operation in EXTENDS_LEASE:
-        updated = replace(updated, lease_until=now + lease, stage=None)
+        changes.update(lease_until=now + lease, stage=None)
     if target in TERMINAL or target in (AWAITING_REPLY, NEEDS_RECONCILIATION):
-        updated = replace(updated, lease_until=None, stage=None)
-    return updated
+        changes.update(lease_until=None, stage=None)
+    return replace(claim, **changes)

@@ -26,6 +26,7 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
+    TaskState,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsError
@@ -226,6 +227,8 @@ class BridgeRequestHandler(RequestHandler):
         if params.page_size < 0 or params.page_size > 100:
             raise errors.invalid_field("pageSize", "pageSize must be between 1 and 100")
         self._check_history_length(params, "historyLength")
+        if params.status not in TaskState.values():
+            raise errors.invalid_field("status", "status is not a TaskState")
         try:
             response = await self.host.store.list(params, context)
         except InvalidParamsError as e:

@@ -2,7 +2,7 @@
 
 import functools
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -128,6 +128,13 @@ class TaskRecord:
     claim: Claim = field(default_factory=Claim)
     signal: str | None = None
     """What resumed the current turn when it was not a user message (an operator's approval)."""
+
+    def copy(self) -> "TaskRecord":
+        """A copy that shares no mutable part with this record."""
+        return TaskRecord(
+            self.task_id, self.agent, self.owner, self.responsible_user, self.created_at, self.state, self.revision,
+            list(self.notifications), self.idle_expires_at, self.claim, self.signal,
+        )
 
 
 @dataclass(frozen=True)
@@ -603,14 +610,14 @@ class MemoryLedger:
 
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._records.get(task_id)
-        return replace(record, notifications=list(record.notifications)) if record is not None else None
+        return record.copy() if record is not None else None
 
     async def recent(self, limit: int) -> list[TaskRecord]:
         newest = sorted(self._records.values(), key=lambda r: (-r.created_at.timestamp(), r.task_id))[:limit]
-        return [replace(r, notifications=list(r.notifications)) for r in newest]
+        return [r.copy() for r in newest]
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        self._records[record.task_id] = replace(record, notifications=list(record.notifications))
+        self._records[record.task_id] = record.copy()
         for event in events:
             row = event.row()
             del row["task_id"]

@@ -131,6 +131,11 @@ class LiveTask:
     """The task and record as last stored: what the status view shows, so a revision always names stored content."""
     claim_log: list[ClaimEvent] = field(default_factory=list)
     """Claim events posted but not yet stored; they are written with the record."""
+    unsaved: list[tuple[int | None, FeedItem]] = field(default_factory=list)
+    """Events folded into the task but not yet stored, with their turns: published once a save holds them."""
+    flush_due: bool = False
+    store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held from taking the unsaved events to publishing them, so they reach listeners in the order they were folded."""
 
     @property
     def owner(self) -> ServerCallContext:
@@ -267,8 +272,8 @@ class TaskHost:
                 return None
             if live.durable is not None:
                 task, record = live.durable
-                return snapshot(task), replace(record)
-            return snapshot(live.task), replace(live.record)
+                return snapshot(task), record.copy()
+            return snapshot(live.task), live.record.copy()
         record = await self.ledger.get(task_id)
         if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
             return None
@@ -289,7 +294,7 @@ class TaskHost:
             task = await self.store.get(task_id, owner_context(record.owner)) if record and allowed else None
             if task is None or record is None:
                 raise errors.task_not_found(task_id)
-            live = self._live.setdefault(task_id, LiveTask(task=task, record=record, durable=(snapshot(task), replace(record))))
+            live = self._live.setdefault(task_id, LiveTask(task=task, record=record, durable=(snapshot(task), record.copy())))
         elif not self._may_use(live.record, context, operators):
             raise errors.task_not_found(task_id)
         live.users += 1
@@ -304,7 +309,7 @@ class TaskHost:
         self._evict_if_idle(live)
 
     def _evict_if_idle(self, live: LiveTask) -> None:
-        if live.users <= 0 and live.running is None and not live.listeners:
+        if live.users <= 0 and live.running is None and not live.listeners and not live.unsaved:
             self._live.pop(live.task.id, None)
 
     async def open(self, queue: TurnQueue, agent_task: Task | None) -> LiveTask:
@@ -334,8 +339,11 @@ class TaskHost:
         self._live[task.id] = live
         await self._post(live, Op("create"), {"message_id": task.history[0].message_id if task.history else ""})
         await self._post(live, Op("claim", session=self.session), {"turn": "first message"})
-        await self._save(live)
-        self._publish(live, queue.turn, snapshot(task))
+        live.unsaved.append((queue.turn, snapshot(task)))
+        if self.settings.repeat_safe and not self.ledger.shared:
+            self._defer(live)
+        else:
+            await self._store_unsaved(live)
         return live
 
     async def _post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
@@ -376,14 +384,15 @@ class TaskHost:
         if record is not None and task is not None:
             live.record, live.task = record, task
 
-    async def _save(self, live: LiveTask) -> None:
-        """Store the task and its record under a new revision; a canceled turn does not interrupt the write."""
-        await asyncio.shield(self._write(live))
+    async def _save(self, live: LiveTask, changes: int = 1) -> None:
+        """Store the task and its record with the revision moved once per change it holds; a canceled turn does not
+        interrupt the write."""
+        await asyncio.shield(self._write(live, changes))
 
-    async def _write(self, live: LiveTask) -> None:
+    async def _write(self, live: LiveTask, changes: int) -> None:
         async with live.save_lock:
             record = live.record
-            record.revision += 1
+            record.revision += changes
             record.state = state_name(live.task.status.state)
             record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, self.clock.now())
             lifespan = self.settings.idle_lifespan
@@ -396,7 +405,7 @@ class TaskHost:
                 self._deadlines.pop(record.task_id, None)
             persisted = snapshot(live.task)
             await self.ledger.save(self.store, persisted, live.owner, record, self._posted(live))
-            live.durable = (persisted, replace(record))
+            live.durable = (persisted, record.copy())
         change = self._changes.pop(live.task.id, None)
         if change is not None:
             change.set()
@@ -454,8 +463,9 @@ class TaskHost:
             return False
         stamp_ids(live.task, event)
         before = live.record.claim
+        operations = self._claim_ops(live, event) if claim_ops is None else claim_ops
         try:
-            for operation in self._claim_ops(live, event) if claim_ops is None else claim_ops:
+            for operation in operations:
                 await self._post(live, Op(operation, local_operation_stopped=True), evidence_of(event))
         except ClaimError as refused:
             live.record.claim = before
@@ -464,13 +474,49 @@ class TaskHost:
         apply_event(live.task, event, self.clock.now())
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
-        await self._save(live)
-        if self.ledger.shared:
-            await self.ledger.append_event(live.task.id, live.record.revision, MessageToJson(to_stream_response(event)))
-        self._publish(live, turn, event)
-        if self.push is not None and not isinstance(event, Message):
-            self.push.notify(live.task.id, event)
+        live.unsaved.append((turn, event))
+        if not operations and not self.ledger.shared and not at_rest(event):
+            self._defer(live)
+        else:
+            await self._store_unsaved(live)
         return True
+
+    def _defer(self, live: LiveTask) -> None:
+        """Store what was folded in once the agent yields, so the events an agent sends back to back share one save;
+        they are published only then. Deferred: events that post no claim operation (the claim that lets the agent
+        run is stored already) and, for agents whose work may repeat, the new task with its first claim (a crash
+        before that save leaves no task, and a retry of the message runs it again)."""
+        if not live.flush_due:
+            live.flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_due, live)
+
+    def _flush_due(self, live: LiveTask) -> None:
+        live.flush_due = False
+        if live.unsaved:
+            self._spawn(self._store_unsaved(live))
+
+    async def _store_unsaved(self, live: LiveTask) -> None:
+        """Save the task with what was folded into it since the last save, then publish it in order (a new task's
+        first snapshot, then the agent's events, which also go to the shared event log and to webhooks)."""
+        async with live.store_lock:
+            await self._store_held(live)
+        self._evict_if_idle(live)
+
+    async def _store_held(self, live: LiveTask) -> None:
+        if not live.unsaved:
+            return
+        events, live.unsaved = live.unsaved, []
+        await self._save(live, len(events))
+        for turn, event in events:
+            if isinstance(event, Task):
+                self._publish(live, turn, event)
+                continue
+            if self.ledger.shared:
+                body = MessageToJson(to_stream_response(event))
+                await self.ledger.append_event(live.task.id, live.record.revision, body)
+            self._publish(live, turn, event)
+            if self.push is not None and not isinstance(event, Message):
+                self.push.notify(live.task.id, event)
 
     async def send(
         self, request: SendMessageRequest, context: ServerCallContext, listener: Listener, new_task_id: str | None = None
@@ -520,9 +566,9 @@ class TaskHost:
 
     def follow(self, task_id: str, context: ServerCallContext, message_id: str, listener: Listener) -> bool:
         """Feed a listener the running turn of a task's latest user message, from a snapshot on; False if no such
-        turn runs in this process."""
+        turn runs in this process, or while events are still to be published (the caller waits and asks again)."""
         live = self._live.get(task_id)
-        if live is None or not self._may_use(live.record, context, False) or live.running_turn is None:
+        if live is None or not self._may_use(live.record, context, False) or live.running_turn is None or live.unsaved:
             return False
         latest = last_user_message(live.task)
         if live.record.signal is not None or latest is None or latest.message_id != message_id:
@@ -666,10 +712,13 @@ class TaskHost:
         queue.execution = execution
         if queue.live is not None:
             queue.live.running, queue.live.running_turn = execution, queue.turn
-        renewer = asyncio.ensure_future(self._renew(queue))
+        renewers: list[asyncio.Future[None]] = []
+        interval = self.settings.lease.total_seconds() / 3
+        timer = asyncio.get_running_loop().call_later(
+            interval, lambda: renewers.append(asyncio.ensure_future(self._renew(queue, interval)))
+        )
         try:
-            await asyncio.wait([execution])
-            execution.result()
+            await asyncio.shield(execution)
         except asyncio.CancelledError:
             if not execution.cancelled():
                 execution.cancel()
@@ -678,31 +727,36 @@ class TaskHost:
             log.exception("agent %s raised in turn %s", self.agent, queue.turn)
             await self._fail(queue)
         finally:
-            renewer.cancel()
+            timer.cancel()
+            for renewer in renewers:
+                renewer.cancel()
             if queue.live is not None:
                 queue.live.running, queue.live.running_turn = None, None
             left_task(scope, "turn ended")
 
-    async def _renew(self, queue: TurnQueue) -> None:
-        """Renew the turn's lease at a third of its length while the turn runs."""
-        interval = self.settings.lease.total_seconds() / 3
+    async def _renew(self, queue: TurnQueue, interval: float) -> None:
+        """Renew the turn's lease every `interval` (a third of its length) while the turn runs; started by a timer
+        once the turn has run that long, so short turns start no renewer at all."""
         while True:
-            await asyncio.sleep(interval)
             live = queue.live
-            if live is None:
-                continue
-            claim = live.record.claim
-            now = self.clock.now()
-            if claim.state != claims.CLAIMED or claim.claim_generation != queue.turn:
+            if live is not None and not await self._renewed(live, queue.turn):
                 return
-            if claim.lease_until is not None and claim.lease_until - now > self.settings.lease:
-                continue
-            try:
-                await self._post(live, Op("renew", session=self.session), {"renewed_by": "bridge"})
-            except ClaimError as refused:
-                log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
-                return
-            await self._put_record(live)
+            await asyncio.sleep(interval)
+
+    async def _renewed(self, live: LiveTask, turn: int) -> bool:
+        """Renew the turn's lease if it needs it; False once the turn no longer holds the claim."""
+        claim = live.record.claim
+        if claim.state != claims.CLAIMED or claim.claim_generation != turn:
+            return False
+        if claim.lease_until is not None and claim.lease_until - self.clock.now() > self.settings.lease:
+            return True
+        try:
+            await self._post(live, Op("renew", session=self.session), {"renewed_by": "bridge"})
+        except ClaimError as refused:
+            log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
+            return False
+        await self._put_record(live)
+        return True
 
     async def _open_window(self, live: LiveTask, turn: int, stage: str, seconds: int) -> None:
         if live.record.claim.claim_generation != turn:
@@ -718,6 +772,7 @@ class TaskHost:
                 return
             queue.live = await self.open(queue, None)
         live = queue.live
+        await self._store_unsaved(live)
         live.fenced.add(queue.turn)
         for listener in live.listeners:
             if listener.turn == queue.turn:
@@ -728,6 +783,7 @@ class TaskHost:
 
     async def _finish_turn(self, live: LiveTask, turn: int) -> None:
         """Tell the turn's listeners it is over; streams still open across AUTH_REQUIRED follow the task on."""
+        await self._store_unsaved(live)
         if live.canceling is not None:
             await live.canceling.wait()
         self._publish(live, turn, TurnEnded(snapshot(live.task)))
@@ -855,7 +911,7 @@ class TaskHost:
                 check = Op(operation, session=self.session, evidence=evidence, local_operation_stopped=True)
                 claims.apply(live.record.claim, check, self.clock.now(), self.settings.lease)
                 self._spawn(self._resume(task_id, live.owner, live.record.signal, operation, evidence))
-                return replace(live.record)
+                return live.record.copy()
             await self._post(live, Op(operation, local_operation_stopped=True), evidence)
             note = str(evidence.get("note") or "no note")
             if outcome == "completed":
@@ -866,7 +922,7 @@ class TaskHost:
                 await self.apply(live, None, status_event_for(live.task, done), claim_ops=())
             else:
                 await self._put_record(live)
-            return replace(live.record)
+            return live.record.copy()
         finally:
             self._release(live)
             left_task(scope)
@@ -988,6 +1044,11 @@ def status_event_for(task: Task, status: TaskStatus) -> TaskStatusUpdateEvent:
 def ends_stream(state: "TaskState.ValueType") -> bool:
     """Streams close at a terminal state or INPUT_REQUIRED, and stay open through AUTH_REQUIRED."""
     return is_terminal(state) or state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+def at_rest(event: Event) -> bool:
+    """A status event that ends a blocking call's wait (it always posts a claim operation too)."""
+    return isinstance(event, TaskStatusUpdateEvent) and settled(event.status.state)
 
 
 def settled(state: "TaskState.ValueType") -> bool:

@@ -170,6 +170,8 @@ MALFORMED = [
     ("POST", "/a2a/rest/tasks/x/pushNotificationConfigs", b'{"url": ['),
     ("GET", "/a2a/rest/tasks/x?historyLength=abc", b""),
     ("GET", "/a2a/rest/tasks?pageSize=abc", b""),
+    ("GET", "/a2a/rest/tasks?status=-1", b""),
+    ("GET", "/a2a/rest/tasks?status=99", b""),
     ("POST", "/a2a/jsonrpc", b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": 5}}'),
     ("POST", "/a2a/jsonrpc", b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"parts": [{"text": 1}]}}}'),
     ("POST", "/a2a/jsonrpc", b"{not json"),
