@@ -20,6 +20,7 @@ from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
+from a2a_bridge.direct_rpc import DirectRpc
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
@@ -66,6 +67,8 @@ class ServedAgent:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     slots: StreamSlots = field(default_factory=lambda: StreamSlots(SecurityConfig().limits.max_streams))
     """Streams open per principal, shared with the bridge's other agents."""
+    direct_rpc: bool = True
+    """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.direct_rpc`)."""
 
     def card_for(self, base: str) -> AgentCard:
         """The public card with interface URLs that work from the caller's side, signed when a key is set."""
@@ -79,13 +82,11 @@ class ServedAgent:
             card = sign(card)
         return card
 
-    def routes(self, base_path: str) -> list[BaseRoute]:
+    def routes(self, builder: BridgeContextBuilder, dispatcher: BridgeJsonRpcDispatcher) -> list[BaseRoute]:
         """Card, JSON-RPC, HTTP+JSON and operator routes, relative to where the agent is mounted."""
-        builder = BridgeContextBuilder(self.tokens, base_path)
-        dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
 
         async def card(request: Request) -> Response:
-            return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, base_path))))
+            return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, builder.base_path))))
 
         open_approvals = not self.security.require_auth
         endpoints = BridgeEndpoints(self.host, builder.identity, is_operator, open_approvals)
@@ -105,8 +106,13 @@ class ServedAgent:
 
     def asgi(self, base_path: str) -> ASGIApp:
         """The agent's routes behind the request limits, and behind the bearer gate when the agent requires a token
-        (every agent under require_auth, the approval link too)."""
-        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(base_path)), REST_PATH)
+        (every agent under require_auth, the approval link too); the direct path for the hot JSON-RPC methods right
+        behind the limits."""
+        builder = BridgeContextBuilder(self.tokens, base_path)
+        dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
+        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
+        if self.direct_rpc:
+            app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
         app = A2AJsonErrors(app, REST_PATH)
         if self.security.require_auth:
@@ -136,9 +142,10 @@ class Bridge:
         settings: HostSettings | None = None,
         principals: dict[str, Principal] | None = None,
         security: SecurityConfig | None = None,
+        direct_rpc: bool = True,
     ) -> None:
         """`principals` add to those of `security`; under `security.require_auth` the agents' demo tokens are not
-        accepted."""
+        accepted. `direct_rpc=False` leaves every JSON-RPC request to the SDK's dispatcher."""
         self.stores = stores
         self.clock = clock
         self.ledger = stores.ledger()
@@ -169,7 +176,7 @@ class Bridge:
             )
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
-            self.agents[spec.name] = ServedAgent(spec, host, handler, tokens, self.security, self.slots)
+            self.agents[spec.name] = ServedAgent(spec, host, handler, tokens, self.security, self.slots, direct_rpc)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:

@@ -19,6 +19,8 @@ STREAM_SUFFIXES = ("/message:stream", ":subscribe", "/status/stream")
 """REST and bridge paths whose answer is a stream."""
 INVALID_JSON = "Invalid JSON payload"
 NUL_REFUSED = "strings must not contain U+0000 (NUL), which the stores cannot hold"
+PARSED_BODY = "a2a_bridge.parsed_body"
+"""The scope key under which `RequestLimits` leaves the body it parsed (None when empty or not JSON) for the app."""
 
 
 class StreamSlots:
@@ -85,7 +87,8 @@ def nul_in_target(scope: Scope) -> bool:
 class RequestLimits:
     """Refuses, before any route runs: a body over `max_body_bytes` (413), a body that is not UTF-8 or too deeply
     nested to parse (JSON-RPC -32700, otherwise 400), a U+0000 in the path, query or any string of the body
-    (JSON-RPC -32602, otherwise 400), and a stream past the caller's `max_streams` (429)."""
+    (JSON-RPC -32602, otherwise 400), and a stream past the caller's `max_streams` (429). Leaves the body it parsed in
+    the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
 
     def __init__(
         self,
@@ -122,6 +125,7 @@ class RequestLimits:
             return
         method = parsed.get("method") if rpc and isinstance(parsed, dict) else None
         streaming = path.endswith(STREAM_SUFFIXES) or (isinstance(method, str) and method in STREAM_METHODS)
+        scope[PARSED_BODY] = parsed
         replay = _replaying(body, receive)
         if not streaming:
             await self.app(scope, replay, send)

@@ -1,0 +1,153 @@
+"""The direct path for the hot JSON-RPC methods: a well-formed, non-streaming `SendMessage` or `GetTask` on an agent's
+JSON-RPC path, answered without Starlette's routing and the SDK's dispatcher, but exactly as the dispatcher answers it
+(status, headers, body, log lines); every other request goes on, unchanged, to the agent's routes.
+
+The answer is the dispatcher's: `MessageToDict` of the result in a `JSONRPC20Response` envelope; an A2A error of the
+handler through `build_error_response`; an error of the context builder (the `-32009` version check) or any other
+exception through `BridgeJsonRpcDispatcher._generate_error_response`. A request the dispatcher would refuse (its
+envelope, or params that do not parse) goes on before anything has run. The dispatcher's version check passes
+whenever `BridgeContextBuilder.build` does, so it is not repeated. While the SDK records spans (`serve --trace`) or
+logs at debug level, every request goes on, so that its spans and debug lines stay as they are."""
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.server.routes import jsonrpc_dispatcher
+from a2a.types import GetTaskRequest, SendMessageRequest, SendMessageResponse, Task
+from a2a.utils import telemetry
+from a2a.utils.errors import A2AError, TaskNotFoundError
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.message import Message as ProtoMessage
+from jsonrpc.jsonrpc2 import JSONRPC20Request, JSONRPC20Response
+from starlette._utils import get_route_path
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from a2a_bridge.auth import BridgeContextBuilder
+from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
+from a2a_bridge.limits import PARSED_BODY
+
+sdk_log = logging.getLogger(jsonrpc_dispatcher.__name__)
+"""The dispatcher's logger: the direct path logs what the dispatcher would, under its name."""
+DEBUG_LOGS = (sdk_log, logging.getLogger(telemetry.__name__))
+"""The loggers whose debug lines only the dispatcher writes."""
+
+Call = Callable[[RequestHandler, Any, ServerCallContext], Awaitable[dict[str, Any]]]
+RequestId = str | int | None
+
+
+async def send_message(
+    handler: RequestHandler, params: SendMessageRequest, context: ServerCallContext
+) -> dict[str, Any]:
+    """`SendMessage` as the dispatcher's `_handle_send_message` answers it."""
+    result = await handler.on_message_send(params, context)
+    if isinstance(result, Task):
+        return MessageToDict(SendMessageResponse(task=result))
+    return MessageToDict(SendMessageResponse(message=result))
+
+
+async def get_task(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+    """`GetTask` as the dispatcher's `_handle_get_task` answers it."""
+    task = await handler.on_get_task(params, context)
+    if not task:
+        raise TaskNotFoundError
+    return MessageToDict(task, preserving_proto_field_name=False)
+
+
+METHODS: dict[str, tuple[type[ProtoMessage], Call]] = {
+    "SendMessage": (SendMessageRequest, send_message),
+    "GetTask": (GetTaskRequest, get_task),
+}
+"""The methods the direct path answers: the params' type (as the dispatcher's `METHOD_TO_MODEL`) and the call."""
+
+
+def steps_aside() -> bool:
+    """Whether the SDK records spans of its dispatcher (chosen when the SDK is imported) or logs at debug level."""
+    traces = telemetry.otel_installed and telemetry.otel_enabled
+    return traces or any(log.isEnabledFor(logging.DEBUG) for log in DEBUG_LOGS)
+
+
+def accepted_id(body: dict[str, Any]) -> tuple[bool, RequestId]:
+    """Whether the dispatcher accepts the envelope as it stands (`jsonrpc` exactly "2.0", no members beside the four,
+    params an object, an id that is absent, null, a string or an integer), and its id."""
+    if not body.keys() <= JSONRPC20Request.POSSIBLE_FIELDS or body.get("jsonrpc") != "2.0":
+        return False, None
+    if not isinstance(body.get("params"), dict):
+        return False, None
+    rpc_id = body.get("id")
+    if rpc_id is None or (isinstance(rpc_id, str | int) and not isinstance(rpc_id, bool)):
+        return True, rpc_id
+    return False, None
+
+
+class DirectRpc:
+    """ASGI, behind `RequestLimits` (whose parsed body it reads) and in front of the agent's routes: answers the hot
+    JSON-RPC methods on `path` itself, as the module's docstring says, and hands every other request on."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        handler: RequestHandler,
+        builder: BridgeContextBuilder,
+        dispatcher: BridgeJsonRpcDispatcher,
+        path: str,
+    ) -> None:
+        self.app = app
+        self.handler = handler
+        self.builder = builder
+        self.dispatcher = dispatcher
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        direct = self._direct(scope)
+        if direct is None:
+            await self.app(scope, receive, send)
+            return
+        request_id, method, params, call = direct
+        response = await self._answer(Request(scope, receive), request_id, method, params, call)
+        await response(scope, receive, send)
+
+    def _direct(self, scope: Scope) -> tuple[RequestId, str, ProtoMessage, Call] | None:
+        """The id, method, parsed params and call of a request the direct path answers; None for any other."""
+        body = scope.get(PARSED_BODY)
+        if not isinstance(body, dict):
+            return None
+        method = body.get("method")
+        if not isinstance(method, str) or method not in METHODS:
+            return None
+        if scope["method"] != "POST" or get_route_path(scope) != self.path or steps_aside():
+            return None
+        accepted, request_id = accepted_id(body)
+        if not accepted:
+            return None
+        params_type, call = METHODS[method]
+        try:
+            params = ParseDict(body["params"], params_type(), ignore_unknown_fields=True)
+        except Exception:  # the dispatcher's -32602, which it answers itself
+            return None
+        return request_id, method, params, call
+
+    async def _answer(
+        self, request: Request, request_id: RequestId, method: str, params: ProtoMessage, call: Call
+    ) -> JSONResponse:
+        """What the dispatcher's `handle_requests` returns, from the call context on."""
+        try:
+            context = self.builder.build(request)
+            context.tenant = getattr(params, "tenant", "")
+            context.state["method"] = method
+            context.state["request_id"] = request_id
+            try:
+                result = JSONRPC20Response(result=await call(self.handler, params, context), _id=request_id).data
+            except A2AError as e:
+                result = build_error_response(request_id, e)
+            return JSONResponse(result)
+        except A2AError as e:
+            return self.dispatcher._generate_error_response(request_id, e)
+        except Exception as e:  # as the dispatcher: logged, and a generic -32603
+            sdk_log.exception("Unhandled exception")
+            return self.dispatcher._generate_error_response(request_id, e)
