@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, public_base
-from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints
+from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints, StatusPolls
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
@@ -107,7 +107,7 @@ class ServedAgent:
     def asgi(self, base_path: str) -> ASGIApp:
         """The agent's routes behind the request limits, and behind the bearer gate when the agent requires a token
         (every agent under require_auth, the approval link too); the direct path for the hot JSON-RPC methods right
-        behind the limits."""
+        behind the limits, and the unchanged Task Status poll (304) in front of them."""
         builder = BridgeContextBuilder(self.tokens, base_path)
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
         app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
@@ -115,6 +115,7 @@ class ServedAgent:
             app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
         app = A2AJsonErrors(app, REST_PATH)
+        app = StatusPolls(app, self.host, builder.identity)
         if self.security.require_auth:
             protected = (JSONRPC_PATH, REST_PATH, TASKS_PATH, APPROVE_PATH)
             app = BearerGate(app, self.spec.name, self.tokens, protected=protected)

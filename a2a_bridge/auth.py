@@ -93,8 +93,10 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
 
 def public_base(request: Request, base_path: str) -> str:
     """The agent's base URL as the client reached it."""
-    host = request.headers.get("host") or f"{request.url.hostname}:{request.url.port}"
-    return f"{request.url.scheme}://{host}{base_path}"
+    host = request.headers.get("host")
+    if not host:
+        return f"{request.url.scheme}://{request.url.hostname}:{request.url.port}{base_path}"
+    return f"{request.scope.get('scheme', 'http')}://{host}{base_path}"
 
 
 def route_path(scope: Scope) -> str:

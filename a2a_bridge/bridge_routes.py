@@ -13,8 +13,9 @@ from a2a.utils.errors import A2AError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import caller_name, may_see, owner_context, public_base
+from a2a_bridge.auth import caller_name, may_see, owner_context, public_base, route_path
 from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
@@ -310,6 +311,40 @@ class BridgeEndpoints:
         owner.state["base_url"] = public_base(request, request.scope.get("root_path", ""))
         self.host.resume(task_id, owner, signal)
         return JSONResponse({"taskId": task_id, route.field: value, "signal": signal})
+
+
+class StatusPolls:
+    """ASGI, in front of an agent's routes: answers a Task Status poll whose If-None-Match names the task's current
+    revision (304) without routing or building the status object, the hottest request a polling consumer sends;
+    everything else, a first poll, a changed task, `?wait=` or an unknown task included, goes on to `status`."""
+
+    def __init__(self, app: ASGIApp, host: TaskHost, caller: Callable[[Request], ServerCallContext]) -> None:
+        self.app = app
+        self.host = host
+        self.caller = caller
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task_id = polled_task(scope)
+        if task_id is not None:
+            request = Request(scope, receive)
+            seen = request.headers.get("if-none-match")
+            if seen is not None:
+                record = await self.host.stored_record(task_id, self.caller(request))
+                if record is not None and matches(seen, etag(record)):
+                    await Response(status_code=304, headers={"ETag": etag(record)})(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def polled_task(scope: Scope) -> str | None:
+    """The task id of `GET /tasks/{id}/status` with no query, as Starlette's route would read it."""
+    if scope["type"] != "http" or scope["method"] != "GET" or scope.get("query_string"):
+        return None
+    path = route_path(scope)
+    if not (path.startswith("/tasks/") and path.endswith("/status")):
+        return None
+    task_id = path[len("/tasks/") : -len("/status")]
+    return task_id if task_id and "/" not in task_id else None
 
 
 def etag(record: TaskRecord) -> str:

@@ -2,7 +2,7 @@
 JSON-RPC path, answered without Starlette's routing and the SDK's dispatcher, but exactly as the dispatcher answers it
 (status, headers, body, log lines); every other request goes on, unchanged, to the agent's routes.
 
-The answer is the dispatcher's: `MessageToDict` of the result in a `JSONRPC20Response` envelope; an A2A error of the
+The answer is the dispatcher's: `MessageToDict` of the result (as `proto_json.to_dict` writes it) in a `JSONRPC20Response` envelope; an A2A error of the
 handler through `build_error_response`; an error of the context builder (the `-32009` version check) or any other
 exception through `BridgeJsonRpcDispatcher._generate_error_response`. A request the dispatcher would refuse (its
 envelope, or params that do not parse) goes on before anything has run. The dispatcher's version check passes
@@ -20,7 +20,6 @@ from a2a.server.routes import jsonrpc_dispatcher
 from a2a.types import GetTaskRequest, SendMessageRequest, SendMessageResponse, Task
 from a2a.utils import telemetry
 from a2a.utils.errors import A2AError, TaskNotFoundError
-from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.message import Message as ProtoMessage
 from jsonrpc.jsonrpc2 import JSONRPC20Request, JSONRPC20Response
 from starlette._utils import get_route_path
@@ -31,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from a2a_bridge.auth import BridgeContextBuilder
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
 from a2a_bridge.limits import PARSED_BODY
+from a2a_bridge.proto_json import from_dict, to_dict
 
 sdk_log = logging.getLogger(jsonrpc_dispatcher.__name__)
 """The dispatcher's logger: the direct path logs what the dispatcher would, under its name."""
@@ -47,8 +47,8 @@ async def send_message(
     """`SendMessage` as the dispatcher's `_handle_send_message` answers it."""
     result = await handler.on_message_send(params, context)
     if isinstance(result, Task):
-        return MessageToDict(SendMessageResponse(task=result))
-    return MessageToDict(SendMessageResponse(message=result))
+        return to_dict(SendMessageResponse(task=result))
+    return to_dict(SendMessageResponse(message=result))
 
 
 async def get_task(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
@@ -56,7 +56,7 @@ async def get_task(handler: RequestHandler, params: GetTaskRequest, context: Ser
     task = await handler.on_get_task(params, context)
     if not task:
         raise TaskNotFoundError
-    return MessageToDict(task, preserving_proto_field_name=False)
+    return to_dict(task)
 
 
 METHODS: dict[str, tuple[type[ProtoMessage], Call]] = {
@@ -127,7 +127,7 @@ class DirectRpc:
             return None
         params_type, call = METHODS[method]
         try:
-            params = ParseDict(body["params"], params_type(), ignore_unknown_fields=True)
+            params = from_dict(body["params"], params_type())
         except Exception:  # the dispatcher's -32602, which it answers itself
             return None
         return request_id, method, params, call

@@ -22,7 +22,6 @@ from sqlalchemy import (
     and_,
     delete,
     insert,
-    inspect,
     select,
     text,
     tuple_,
@@ -35,6 +34,7 @@ from sqlalchemy.sql.dml import Insert
 
 from a2a_bridge.claims import Claim
 from a2a_bridge.group_commit import GroupCommit
+from a2a_bridge.proto_json import to_dict
 from a2a_bridge.task_status import Notification
 
 metadata = MetaData()
@@ -262,16 +262,21 @@ def _event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:
     return [event.row() for event in events]
 
 
-@functools.cache
-def _columns(model: type) -> tuple[tuple[str, str], ...]:
-    """(attribute, column key) of each column of an SDK table model."""
-    return tuple((attribute.key, attribute.columns[0].key) for attribute in inspect(model).column_attrs)
-
-
-def task_row(store: DatabaseTaskStore, task: Task, owner: str) -> dict[str, Any]:
-    """The SDK task store's row for a task, as its own mapping (`_to_orm`) makes it."""
-    model = store._to_orm(task, owner)
-    return {column: getattr(model, attribute) for attribute, column in _columns(type(model))}
+def task_row(task: Task, owner: str) -> dict[str, Any]:
+    """The row of the SDK's task table for a task, column for column as the SDK's `DatabaseTaskStore._to_orm` maps it
+    (tests/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`."""
+    return {
+        "id": task.id,
+        "context_id": task.context_id,
+        "kind": "task",
+        "owner": owner,
+        "last_updated": task.status.timestamp.ToDatetime() if task.status.HasField("timestamp") else None,
+        "status": to_dict(task.status),
+        "artifacts": [to_dict(artifact) for artifact in task.artifacts],
+        "history": [to_dict(message) for message in task.history],
+        "protocol_version": "1.0",
+        "metadata": to_dict(task.metadata) if task.metadata.fields else None,
+    }
 
 
 @functools.cache
@@ -376,7 +381,7 @@ class SqlLedger:
             await store.save(task, context)
             await self.put(record, events)
             return
-        row = task_row(store, task, store.owner_resolver(context))
+        row = task_row(task, store.owner_resolver(context))
         await self._writes.submit(_Save(store.task_model.__table__, row, _row_values(record), _event_rows(events)))
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:

@@ -280,6 +280,19 @@ class TaskHost:
         task = await self.store.get(task_id, owner_context(record.owner))
         return (task, record) if task is not None else None
 
+    async def stored_record(self, task_id: str, context: ServerCallContext) -> TaskRecord | None:
+        """The record as last stored (not a copy: read only), if the caller may see the task; what a status poll
+        compares its ETag with, without the task."""
+        live = self._live.get(task_id)
+        if live is not None and (live.running is not None or not self.ledger.shared):
+            record = live.durable[1] if live.durable is not None else live.record
+        else:
+            stored = await self.ledger.get(task_id)
+            if stored is None or stored.agent != self.agent:
+                return None
+            record = stored
+        return record if may_see(record.owner, record.responsible_user, context) else None
+
     def changed(self, task_id: str) -> asyncio.Event:
         """An event set at the task's next change (its revision moves)."""
         return self._changes.setdefault(task_id, asyncio.Event())

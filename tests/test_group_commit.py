@@ -9,9 +9,20 @@ from typing import Any
 
 import httpx
 import pytest
+from a2a.server.tasks import DatabaseTaskStore
+from a2a.types import Task
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import inspect
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from a2a_bridge.group_commit import GroupCommit
+from a2a_bridge.ledger import task_row
 from tests.support import A2A, ServerProcess
+from tests.test_proto_json import tasks
+
+STORE = DatabaseTaskStore(create_async_engine("sqlite+aiosqlite://"))
+"""Only its mapping `_to_orm` is used: nothing connects."""
 
 
 class Recorder:
@@ -109,3 +120,12 @@ def test_a_burst_of_concurrent_sends_on_sqlite_is_all_there_after_a_crash(tmp_pa
             assert status.json()["status"]["phase"] == "terminal"
     finally:
         server.stop()
+
+
+@settings(max_examples=200, deadline=None)
+@given(tasks(), st.text(max_size=8))
+def test_the_task_row_is_the_sdk_stores_own_mapping(task: Task, owner: str) -> None:
+    """The ledger writes the SDK's task table itself; its row must be what the SDK's `_to_orm` maps the task to."""
+    model = STORE._to_orm(task, owner)
+    expected = {attribute.columns[0].key: getattr(model, attribute.key) for attribute in inspect(type(model)).column_attrs}
+    assert task_row(task, owner) == expected

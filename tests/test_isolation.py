@@ -57,9 +57,10 @@ def rest_call(verb: str, path: str, body: Callable[[str], Any] | None = None) ->
     )
 
 
-def bridge_call(verb: str, path: str, body: Any = None) -> Call:
+def bridge_call(verb: str, path: str, body: Any = None, extra: dict[str, str] | None = None) -> Call:
     def call(base: str, task_id: str, headers: dict[str, str]) -> httpx.Response:
-        with httpx.stream(verb, f"{base}{path.format(id=task_id)}", headers=headers, json=body, timeout=30) as response:
+        sent = {**headers, **(extra or {})}
+        with httpx.stream(verb, f"{base}{path.format(id=task_id)}", headers=sent, json=body, timeout=30) as response:
             response.read()
         return response
 
@@ -109,6 +110,7 @@ A2A_CASES = [
 ]
 BRIDGE_CASES = [
     Case("status", "test-runner", "done", bridge_call("GET", "/tasks/{id}/status")),
+    Case("status (unchanged poll)", "test-runner", "done", bridge_call("GET", "/tasks/{id}/status", extra={"If-None-Match": "*"})),
     Case("status (long poll)", "code-reviewer", "asking", bridge_call("GET", "/tasks/{id}/status?wait=1")),
     Case("status stream", "code-reviewer", "asking", bridge_call("GET", "/tasks/{id}/status/stream")),
     Case("claim", "test-runner", "done", bridge_call("GET", "/tasks/{id}/claim")),

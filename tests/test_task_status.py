@@ -256,6 +256,20 @@ def test_etag_is_the_quoted_revision_and_if_none_match_answers_304(server: Serve
         assert status(base, task_id, {"If-None-Match": listed}).status_code == 304, listed
 
 
+def test_an_unchanged_poll_is_answered_as_the_routed_endpoint_answers_it(server: ServerProcess) -> None:
+    """The 304 of a plain poll comes from `StatusPolls`, ahead of the routes; `?wait=0` takes the route. Same answer."""
+    base = server.agent("test-runner")
+    reply = rpc(base, "SendMessage", {"message": user_message("Run the unit tests for payments-api at commit 9f3c2e1", new_id("poll"))})
+    task_id = reply["result"]["task"]["id"]
+    tag = status(base, task_id).headers["etag"]
+    for seen in (tag, f"W/{tag}", f'"stale", {tag}', "*"):
+        direct, routed = status(base, task_id, {"If-None-Match": seen}), status(base, task_id, {"If-None-Match": seen}, wait="0")
+        assert (direct.status_code, direct.content) == (routed.status_code, routed.content) == (304, b"")
+        assert {k: v for k, v in direct.headers.items() if k != "date"} == {k: v for k, v in routed.headers.items() if k != "date"}
+    assert status(base, "no-such-task", {"If-None-Match": "*"}).status_code == 404
+    assert status(base, task_id, {"If-None-Match": '"0"'}).json()["status"]["revision"] == tag.strip('"')
+
+
 def test_revision_moves_with_every_change_and_never_repeats(server: ServerProcess, pool: ThreadPoolExecutor) -> None:
     """Each event a stream carries is one change of the task: the revision moves once per event, only upward."""
     base = server.agent("test-runner")
