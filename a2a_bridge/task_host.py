@@ -41,6 +41,10 @@ from a2a_bridge.task_status import ANONYMOUS, WHO_MUST_ACT, next_notifications
 
 log = logging.getLogger(__name__)
 
+MAX_DEFERRED = 8
+"""Events an agent sends back to back without yielding that wait for one save; the next is saved at once, so a
+listener reads the first events while the agent still produces (never all of them at the end)."""
+
 FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
 CANCELED_TEXT = "Canceled at the client's request."
 RECONCILE_TEXT = (
@@ -488,7 +492,7 @@ class TaskHost:
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         live.unsaved.append((turn, event))
-        if not operations and not self.ledger.shared and not at_rest(event):
+        if not operations and not self.ledger.shared and not at_rest(event) and len(live.unsaved) < MAX_DEFERRED:
             self._defer(live)
         else:
             await self._store_unsaved(live)

@@ -112,3 +112,14 @@ def test_summary_prints_every_table_and_each_acceptance_line(tmp_path: Path) -> 
     written = document.read_text()
     assert "old table" not in written and report in written
     assert written.startswith("# Performance\n\nintro\n\n") and written.endswith(f"{run.END}\n\nafter\n")
+
+
+def test_back_to_back_events_reach_the_client_while_the_agent_still_emits(tmp_path: Path) -> None:
+    """Events an agent sends without yielding share saves, but in bounded groups: the client reads the first one
+    before the agent has emitted the last (never all at the end, upstream a2aproject/a2a-python#285)."""
+    with run.running(server("bridge-memory"), tmp_path) as started:
+        events = asyncio.run(run.stream_events(started, "stream 1000 0"))
+    assert [seq for seq, _, _ in events] == list(range(1000))
+    first_arrival = events[0][2]
+    last_emit = events[-1][1]
+    assert first_arrival < last_emit
