@@ -31,7 +31,7 @@ bench-setup: $(BENCH_STAMP)
 	@if command -v npm >/dev/null && [ ! -d interop/js/node_modules/@a2a-js/sdk ]; then \
 		npm ci --prefix interop/js --no-audit --no-fund --loglevel=error; fi
 
-bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~10-15 min)
+bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~6-12 min)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min)
