@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
-from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, public_base
+from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, header, is_operator, public_base
 from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints, StatusPolls
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
@@ -99,8 +99,7 @@ class ServedAgent:
 
     def principal_name(self, scope: Scope) -> str:
         """The principal a request's bearer token names ('' for the anonymous principal)."""
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"}
-        token = bearer_token(headers)
+        token = bearer_token({"authorization": header(scope, b"authorization") or ""})
         principal = self.tokens.get(token) if token else None
         return principal.name if principal is not None else ""
 
@@ -115,7 +114,7 @@ class ServedAgent:
             app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
         app = A2AJsonErrors(app, REST_PATH)
-        app = StatusPolls(app, self.host, builder.identity)
+        app = StatusPolls(app, self.host, self.principal_name)
         if self.security.require_auth:
             protected = (JSONRPC_PATH, REST_PATH, TASKS_PATH, APPROVE_PATH)
             app = BearerGate(app, self.spec.name, self.tokens, protected=protected)

@@ -50,7 +50,11 @@ def caller_name(context: ServerCallContext) -> str:
 def may_see(owner: str, responsible_user: str, context: ServerCallContext) -> bool:
     """Whether the caller may see and use a task: its owner (the principal that created it, '' for the shared
     anonymous owner), or the person an agent created it for. Everyone else is told the task does not exist."""
-    name = caller_name(context)
+    return visible_to(caller_name(context), owner, responsible_user)
+
+
+def visible_to(name: str, owner: str, responsible_user: str) -> bool:
+    """`may_see` for a caller known by principal name ('' for the anonymous caller)."""
     return name == owner or (owner != "" and name != "" and name == responsible_user)
 
 
@@ -97,6 +101,14 @@ def public_base(request: Request, base_path: str) -> str:
     if not host:
         return f"{request.url.scheme}://{request.url.hostname}:{request.url.port}{base_path}"
     return f"{request.scope.get('scheme', 'http')}://{host}{base_path}"
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value by its lower-case name (the first one, as Starlette's `Headers` reads it), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 def route_path(scope: Scope) -> str:

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import caller_name, may_see, owner_context, public_base, route_path
+from a2a_bridge.auth import caller_name, header, may_see, owner_context, public_base, route_path
 from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
@@ -318,21 +318,21 @@ class StatusPolls:
     revision (304) without routing or building the status object, the hottest request a polling consumer sends;
     everything else, a first poll, a changed task, `?wait=` or an unknown task included, goes on to `status`."""
 
-    def __init__(self, app: ASGIApp, host: TaskHost, caller: Callable[[Request], ServerCallContext]) -> None:
+    def __init__(self, app: ASGIApp, host: TaskHost, principal: Callable[[Scope], str]) -> None:
         self.app = app
         self.host = host
-        self.caller = caller
+        self.principal = principal
+        """The caller's principal name from the request's bearer token ('' for the anonymous caller)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task_id = polled_task(scope)
-        if task_id is not None:
-            request = Request(scope, receive)
-            seen = request.headers.get("if-none-match")
-            if seen is not None:
-                record = await self.host.stored_record(task_id, self.caller(request))
-                if record is not None and matches(seen, etag(record)):
-                    await Response(status_code=304, headers={"ETag": etag(record)})(scope, receive, send)
-                    return
+        seen = header(scope, b"if-none-match") if task_id is not None else None
+        if task_id is not None and seen is not None:
+            record = await self.host.stored_record(task_id, self.principal(scope))
+            if record is not None and matches(seen, etag(record)):
+                await send({"type": "http.response.start", "status": 304, "headers": [(b"etag", etag(record).encode())]})
+                await send({"type": "http.response.body", "body": b""})
+                return
         await self.app(scope, receive, send)
 
 

@@ -29,7 +29,7 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson, Parse, ParseDict
 
 from a2a_bridge import claims, errors
-from a2a_bridge.auth import RESPONSIBLE_USER, caller_name, is_operator, may_see, owner_context
+from a2a_bridge.auth import RESPONSIBLE_USER, caller_name, is_operator, may_see, owner_context, visible_to
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.clock import Clock
 from a2a_bridge.ledger import ClaimEvent, Ledger, Request, TaskRecord
@@ -284,9 +284,9 @@ class TaskHost:
         task = await self.store.get(task_id, owner_context(record.owner))
         return (task, record) if task is not None else None
 
-    async def stored_record(self, task_id: str, context: ServerCallContext) -> TaskRecord | None:
-        """The record as last stored (not a copy: read only), if the caller may see the task; what a status poll
-        compares its ETag with, without the task."""
+    async def stored_record(self, task_id: str, caller: str) -> TaskRecord | None:
+        """The record as last stored (not a copy: read only), if the caller (a principal name, '' for anonymous) may
+        see the task; what a status poll compares its ETag with, without the task."""
         live = self._live.get(task_id)
         if live is not None and (live.running is not None or not self.ledger.shared):
             record = live.durable[1] if live.durable is not None else live.record
@@ -295,7 +295,7 @@ class TaskHost:
             if stored is None or stored.agent != self.agent:
                 return None
             record = stored
-        return record if may_see(record.owner, record.responsible_user, context) else None
+        return record if visible_to(caller, record.owner, record.responsible_user) else None
 
     def changed(self, task_id: str) -> asyncio.Event:
         """An event set at the task's next change (its revision moves)."""
