@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-BENCH_STAMP := $(VENV)/.installed-fast
 
 .PHONY: help run test bench bench-quick bench-setup clean
 
@@ -22,12 +21,8 @@ run: $(STAMP) ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000
 test: $(STAMP) ## run the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The `fast` extra (uvloop, httptools) for the servers and the load client, and @a2a-js/sdk where npm is installed.
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,fast]'
-	touch $(BENCH_STAMP)
-
-bench-setup: $(BENCH_STAMP)
+# @a2a-js/sdk where npm is installed.
+bench-setup: $(STAMP)
 	@if command -v npm >/dev/null && [ ! -d interop/js/node_modules/@a2a-js/sdk ]; then \
 		npm ci --prefix interop/js --no-audit --no-fund --loglevel=error; fi
 

@@ -170,7 +170,7 @@ def wait_seconds(pid: int | None) -> float:
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """uvloop's event loop where it is installed (the `fast` extra), else asyncio's."""
+    """uvloop's event loop where it is installed (on CPython outside Windows), else asyncio's."""
     try:
         import uvloop
     except ImportError:
