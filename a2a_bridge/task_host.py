@@ -36,7 +36,7 @@ from a2a_bridge.ledger import ClaimEvent, Ledger, Request, TaskRecord
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.push import PushDispatcher
 from a2a_bridge.states import is_interrupted, is_terminal, row_for, state_name
-from a2a_bridge.task_events import Event, add_user_input, apply_event, new_task, set_status, stamp_ids
+from a2a_bridge.task_events import Event, add_user_input, apply_event, new_task, stamp_ids
 from a2a_bridge.task_status import ANONYMOUS, WHO_MUST_ACT, next_notifications
 
 log = logging.getLogger(__name__)
@@ -257,11 +257,10 @@ class TaskHost:
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The task as last stored, if the caller may see it (from memory while this process holds it)."""
-        live = self._live.get(task_id)
-        if live is not None and (live.running is not None or not self.ledger.shared):
-            if not may_see(live.record.owner, live.record.responsible_user, context):
-                return None
-            return snapshot(live.durable[0] if live.durable is not None else live.task)
+        held = self._held(task_id)
+        if held is not None:
+            task, record = held
+            return snapshot(task) if may_see(record.owner, record.responsible_user, context) else None
         task = await self.store.get(task_id, context)
         if task is not None or not caller_name(context):
             return task
@@ -270,14 +269,10 @@ class TaskHost:
 
     async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
         """The task and its record, if the caller may see it."""
-        live = self._live.get(task_id)
-        if live is not None and (live.running is not None or not self.ledger.shared):
-            if not may_see(live.record.owner, live.record.responsible_user, context):
-                return None
-            if live.durable is not None:
-                task, record = live.durable
-                return snapshot(task), record.copy()
-            return snapshot(live.task), live.record.copy()
+        held = self._held(task_id)
+        if held is not None:
+            task, record = held
+            return (snapshot(task), record.copy()) if may_see(record.owner, record.responsible_user, context) else None
         record = await self.ledger.get(task_id)
         if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
             return None
@@ -287,15 +282,19 @@ class TaskHost:
     async def stored_record(self, task_id: str, caller: str) -> TaskRecord | None:
         """The record as last stored (not a copy: read only), if the caller (a principal name, '' for anonymous) may
         see the task; what a status poll compares its ETag with, without the task."""
-        live = self._live.get(task_id)
-        if live is not None and (live.running is not None or not self.ledger.shared):
-            record = live.durable[1] if live.durable is not None else live.record
-        else:
-            stored = await self.ledger.get(task_id)
-            if stored is None or stored.agent != self.agent:
-                return None
-            record = stored
+        held = self._held(task_id)
+        record = held[1] if held is not None else await self.ledger.get(task_id)
+        if record is None or record.agent != self.agent:
+            return None
         return record if visible_to(caller, record.owner, record.responsible_user) else None
+
+    def _held(self, task_id: str) -> tuple[Task, TaskRecord] | None:
+        """The task and record as last stored, from memory while this process holds the task (read only, not copies);
+        None when it does not, or when another replica may have changed them since (no turn of ours runs)."""
+        live = self._live.get(task_id)
+        if live is None or (live.running is None and self.ledger.shared):
+            return None
+        return live.durable if live.durable is not None else (live.task, live.record)
 
     def changed(self, task_id: str) -> asyncio.Event:
         """An event set at the task's next change (its revision moves)."""
