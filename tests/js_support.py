@@ -10,6 +10,8 @@ from types import TracebackType
 
 import pytest
 
+from tests.support import end_process
+
 JS_DIR = Path(__file__).resolve().parents[1] / "interop" / "js"
 JS_SDK = JS_DIR / "node_modules" / "@a2a-js" / "sdk"
 
@@ -56,11 +58,5 @@ class EchoServer:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        end_process(self.proc)
         self.proc = None

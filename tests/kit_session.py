@@ -1,17 +1,15 @@
 """Drives a live bridge over HTTP through the blocks of capture-kit transcripts and checks every response."""
 
 import json
-import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from capture.replay import Delivery
 from capture.transcript import Block, Headers, Transcript, load
 from tests.kit_match import Allowance, Ids, match
 from tests.support import ServerProcess, wait_for
@@ -27,16 +25,6 @@ READ_TIMEOUT = 15.0
 def transcript(kit: Path, name: str) -> Transcript:
     """One transcript of the kit by file stem, e.g. `05-streaming`."""
     return load(kit / f"{name}.http")
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One webhook request as the receiver got it."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
 
 
 class EventStream:
@@ -186,7 +174,7 @@ class KitSession:
         where = f"{block.label} ({block.title})"
         recorded = block.request
         assert (delivery.method, delivery.path) == (recorded.method, recorded.path), f"{where}: {delivery}"
-        headers = Headers(tuple(delivery.headers.items()))
+        headers = delivery.headers
         assert headers.media_type == recorded.headers.media_type, f"{where}: Content-Type {headers.media_type}"
         for name, value in recorded.headers:
             if name.lower() not in TRANSPORT_HEADERS:
@@ -207,48 +195,3 @@ class KitSession:
         assert block.response is not None
         self.match(block.response.json(), body, f"block {block.label}")
         return body
-
-
-class WebhookReceiver:
-    """A tiny HTTP server on 127.0.0.1 that records every request and answers 200."""
-
-    def __init__(self) -> None:
-        self.deliveries: list[Delivery] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(length)
-                with receiver._lock:
-                    receiver.deliveries.append(Delivery("POST", self.path, dict(self.headers.items()), body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def received(self) -> list[Delivery]:
-        with self._lock:
-            return list(self.deliveries)
-
-    def __enter__(self) -> "WebhookReceiver":
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)

@@ -3,7 +3,6 @@ bridge's Task Status view, and the link our task keeps to its remote task."""
 
 import json
 import queue
-import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import httpx
 
 from a2a_bridge.remote import REMOTE_EXTENSION
 from tests.js_support import JS_DIR
-from tests.support import A2A, free_port
+from tests.support import A2A, end_process, free_port
 
 
 class JsRemote:
@@ -54,19 +53,11 @@ class JsRemote:
 
     def kill(self) -> None:
         """SIGKILL: the remote agent is gone, its in-memory tasks with it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        end_process(self.proc, crash=True)
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        end_process(self.proc)
         self.proc = None
 
     def executions(self, task_id: str | None = None) -> list[dict[str, Any]]:

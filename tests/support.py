@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -92,20 +92,28 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL: a crash, nothing flushed."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        end_process(self.proc, crash=True)
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        end_process(self.proc)
         self.proc = None
+
+
+def end_process(proc: "subprocess.Popen[Any] | None", crash: bool = False) -> None:
+    """End a process that still runs: SIGKILL for a crash, else SIGTERM, and SIGKILL if it is not gone in 10 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    if crash:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 @contextlib.contextmanager

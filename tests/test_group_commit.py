@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from a2a_bridge.group_commit import GroupCommit
 from a2a_bridge.ledger import task_row
-from tests.support import A2A, ServerProcess
+from tests.support import A2A, ServerProcess, rpc, user_message
 from tests.test_proto_json import tasks
 
 STORE = DatabaseTaskStore(create_async_engine("sqlite+aiosqlite://"))
@@ -93,10 +93,8 @@ async def _test_a_canceled_writer_does_not_stop_its_write() -> None:
         await job
 
 
-def send(base: str, index: int) -> dict[str, Any]:
-    body = {"jsonrpc": "2.0", "id": index, "method": "SendMessage",
-            "params": {"message": {"messageId": f"burst-{index}", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}}
-    return httpx.post(f"{base}/bench/a2a/jsonrpc", json=body, headers=A2A, timeout=30).json()
+def send(server: ServerProcess, index: int) -> dict[str, Any]:
+    return rpc(server.agent("bench"), "SendMessage", {"message": user_message("hello", f"burst-{index}")}, rpc_id=index)
 
 
 def test_a_burst_of_concurrent_sends_on_sqlite_is_all_there_after_a_crash(tmp_path: Path) -> None:
@@ -104,19 +102,18 @@ def test_a_burst_of_concurrent_sends_on_sqlite_is_all_there_after_a_crash(tmp_pa
     server = ServerProcess(f"sqlite:///{tmp_path / 'burst.db'}", extra=["--agent", "bench"]).start()
     try:
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            answers = list(pool.map(lambda index: send(server.url, index), range(64)))
-        tasks = {answer["result"]["task"]["id"]: answer["result"]["task"] for answer in answers}
-        assert len(tasks) == 64
-        assert {task["status"]["state"] for task in tasks.values()} == {"TASK_STATE_COMPLETED"}
+            answers = list(pool.map(lambda index: send(server, index), range(64)))
+        answered = {answer["result"]["task"]["id"]: answer["result"]["task"] for answer in answers}
+        assert len(answered) == 64
+        assert {task["status"]["state"] for task in answered.values()} == {"TASK_STATE_COMPLETED"}
         server.kill()
         server.start()
-        assert send(server.url, 7)["result"]["task"]["id"] == answers[7]["result"]["task"]["id"]
-        for task_id, task in tasks.items():
-            body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
-            stored = httpx.post(f"{server.url}/bench/a2a/jsonrpc", json=body, headers=A2A, timeout=10).json()
+        assert send(server, 7)["result"]["task"]["id"] == answers[7]["result"]["task"]["id"]
+        for task_id, task in answered.items():
+            stored = rpc(server.agent("bench"), "GetTask", {"id": task_id})
             assert stored["result"]["artifacts"] == task["artifacts"], json.dumps(stored)[:300]
             assert stored["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
-            status = httpx.get(f"{server.url}/bench/tasks/{task_id}/status", headers=A2A, timeout=10)
+            status = httpx.get(f"{server.agent('bench')}/tasks/{task_id}/status", headers=A2A, timeout=10)
             assert status.json()["status"]["phase"] == "terminal"
     finally:
         server.stop()

@@ -19,7 +19,8 @@ from agents.catalog import DEPLOYER_SIGNING_KEY
 from capture.transcript import Transcript
 from tests import kit_steps
 from tests.kit_match import Allowance
-from tests.kit_session import Delivery, KitSession, WebhookReceiver, transcript
+from capture.replay import Delivery, WebhookReceiver
+from tests.kit_session import KitSession, transcript
 from tests.support import A2A, ServerProcess, wait_for
 
 ORDER = Allowance.KEY_ORDER
