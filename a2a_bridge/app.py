@@ -28,7 +28,8 @@ from a2a_bridge.media_type import A2AJsonErrors
 from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
-from a2a_bridge.task_host import HostSettings, TaskHost
+from a2a_bridge.host_env import HostSettings
+from a2a_bridge.task_host import TaskHost
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC_PATH = "/a2a/jsonrpc"

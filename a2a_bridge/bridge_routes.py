@@ -20,7 +20,8 @@ from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
 from a2a_bridge.states import state_name
-from a2a_bridge.task_host import REQUESTED_BY, TaskHost
+from a2a_bridge.live_tasks import REQUESTED_BY
+from a2a_bridge.task_host import TaskHost
 from a2a_bridge.task_status import ActionRequest, action_requests, status_object
 
 MAX_WAIT = 60.0

@@ -19,7 +19,7 @@ from a2a_bridge.auth import RESERVED_NAMES, Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import ENV_OPERATOR_TOKEN, ConfigError, SecurityConfig, check_delegates, load, parse_network
 from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.task_host import HostSettings
+from a2a_bridge.host_env import HostSettings
 from capture import recorder, replay
 
 DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"

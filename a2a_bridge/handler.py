@@ -38,15 +38,8 @@ from a2a_bridge.config import Limits
 from a2a_bridge.delegation import responsible_user
 from a2a_bridge.idempotency import Retries
 from a2a_bridge.push import WebhookPolicy
-from a2a_bridge.task_host import (
-    Listener,
-    Refused,
-    TaskHost,
-    TurnEnded,
-    TurnFailed,
-    ends_stream,
-    settled,
-)
+from a2a_bridge.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled
+from a2a_bridge.task_host import TaskHost
 
 
 HistoryParams = SendMessageConfiguration | GetTaskRequest | ListTasksRequest

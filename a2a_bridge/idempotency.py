@@ -14,7 +14,8 @@ from google.protobuf.json_format import MessageToJson, Parse
 
 from a2a_bridge import errors
 from a2a_bridge.ledger import SentMessage
-from a2a_bridge.task_host import Listener, TaskHost, TurnEnded
+from a2a_bridge.live_tasks import Listener, TurnEnded
+from a2a_bridge.task_host import TaskHost
 
 REPLAYED = -1
 """The turn of a listener fed from what a message's first send left rather than from a running turn."""

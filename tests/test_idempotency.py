@@ -24,7 +24,8 @@ from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.task_host import Listener, TaskHost
+from a2a_bridge.live_tasks import Listener
+from a2a_bridge.task_host import TaskHost
 from agents.base import Emitter
 from tests.claim_support import (
     DEPLOYER,

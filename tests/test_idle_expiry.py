@@ -14,7 +14,7 @@ from a2a.utils.errors import UnsupportedOperationError
 
 from a2a_bridge.app import Bridge
 from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.task_host import HostSettings
+from a2a_bridge.host_env import HostSettings
 from agents.catalog import sample_agents
 
 LIFESPAN = timedelta(seconds=30)
@@ -61,7 +61,7 @@ async def race(steps: int) -> tuple[Task, Task | Exception]:
     answering = asyncio.ensure_future(agent.handler.on_message_send(message("main", "m-2", parked.id), caller))
     for _ in range(steps):
         await asyncio.sleep(0)
-    await agent.host._expire(parked.id)
+    await agent.host.sweeps.expire(parked.id)
     outcome: Task | Exception
     try:
         outcome = await asyncio.wait_for(answering, 10)

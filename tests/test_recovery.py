@@ -205,7 +205,7 @@ def stubborn() -> Iterator[tuple[str, Stubborn]]:
 def test_a_late_completed_from_a_canceled_turn_never_overwrites_canceled(
     stubborn: tuple[str, Stubborn], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="a2a_bridge.task_host")
+    caplog.set_level(logging.WARNING, logger="a2a_bridge")
     base, agent = stubborn
     params = {"message": user_message("Work until stopped", "stubborn-1"), "configuration": {"returnImmediately": True}}
     task_id = rpc(base, "SendMessage", params)["result"]["task"]["id"]

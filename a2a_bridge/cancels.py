@@ -1,0 +1,85 @@
+"""Cancel: record the request on the claim, stop the running turn (here, or by a request to the replica that runs
+it), let the agent report the cancel, and end the task CANCELED."""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from a2a.server.context import ServerCallContext
+from a2a.types import Task, TaskState
+
+from a2a_bridge import claims, errors
+from a2a_bridge.claims import Claim, Op
+from a2a_bridge.host_env import HostEnv
+from a2a_bridge.live_tasks import LiveTask, TaskTable, agent_status, requester, snapshot, status_event_for
+from a2a_bridge.observability import about_task, left_task
+from a2a_bridge.states import is_terminal
+from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
+from a2a_bridge.turns import BridgeRequestContext, TurnQueue
+
+log = logging.getLogger(__name__)
+
+CANCELED_TEXT = "Canceled at the client's request."
+
+
+class Canceller:
+    """Cancels one agent's tasks: the owner's, the responsible user's and operators' requests."""
+
+    def __init__(
+        self,
+        env: HostEnv,
+        table: TaskTable,
+        writer: TaskWriter,
+        held_elsewhere: Callable[[Claim], bool],
+        cancel_elsewhere: Callable[[LiveTask, ServerCallContext], Awaitable[Task]],
+    ) -> None:
+        self.env = env
+        self.table = table
+        self.writer = writer
+        self.held_elsewhere = held_elsewhere
+        self.cancel_elsewhere = cancel_elsewhere
+
+    async def cancel(self, task_id: str, context: ServerCallContext) -> Task:
+        """Record the cancel request, stop the running turn, let the agent report the cancel, end the task CANCELED.
+        The task's owner, its responsible user and operators may cancel it."""
+        live = await self.table.acquire(task_id, context, operators=True)
+        scope = about_task(self.env.agent, task_id, lambda: live.record.claim.claim_generation, "cancel requested")
+        try:
+            if live.canceling is not None:
+                await live.canceling.wait()
+            await self.writer.refresh(live)
+            if is_terminal(live.task.status.state):
+                raise errors.task_not_cancelable(live.task)
+            if live.running is None and self.held_elsewhere(live.record.claim):
+                return await self.cancel_elsewhere(live, context)
+            if live.record.claim.state == claims.NEEDS_RECONCILIATION:
+                await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+                await self.writer.put_record(live)
+                return snapshot(live.task)
+            live.canceling = asyncio.Event()
+            try:
+                await self._stop_turn(live, context)
+            finally:
+                live.canceling.set()
+                live.canceling = None
+            return snapshot(live.task)
+        finally:
+            self.table.release(live)
+            left_task(scope)
+
+    async def _stop_turn(self, live: LiveTask, context: ServerCallContext) -> None:
+        await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+        await self.writer.put_record(live)
+        running, turn = live.running, live.running_turn
+        if running is not None and turn is not None:
+            live.fenced.add(turn)
+            running.cancel()
+            await asyncio.wait([running])
+        ctx = BridgeRequestContext(context, task_id=live.task.id, context_id=live.task.context_id, task=snapshot(live.task))
+        try:
+            await self.env.executor.cancel(ctx, TurnQueue(self.writer, CANCEL_TURN, live=live))
+        except Exception:
+            log.exception("agent %s raised while canceling task %s", self.env.agent, live.task.id)
+        if not is_terminal(live.task.status.state):
+            canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, self.env.new_id())
+            await self.writer.apply(live, None, status_event_for(live.task, canceled))

@@ -1,0 +1,212 @@
+"""What this process holds for a task while a turn runs, a call waits or someone listens, what its listeners receive,
+and the table of those tasks (`TaskTable`: acquire, release, evict)."""
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import TaskStore
+from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a.utils.errors import A2AError
+
+from a2a_bridge import errors
+from a2a_bridge.auth import is_operator, may_see, owner_context
+from a2a_bridge.ledger import ClaimEvent, Ledger, TaskRecord
+from a2a_bridge.states import is_interrupted, is_terminal, state_name
+from a2a_bridge.task_events import Event
+from a2a_bridge.task_status import ANONYMOUS
+
+REQUESTED_BY = "requested_by"
+"""The call context's state key naming who asked for a cancel made in the task owner's name (an operator)."""
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """The caller's turn is over; `task` is the task as that turn left it (None for a direct reply)."""
+
+    task: Task | None
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """The agent raised during the caller's turn; the task (if any) is FAILED."""
+
+    task_id: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The caller's queued turn could not run (the task ended before it, or the store could not take it)."""
+
+    error: A2AError
+
+
+FeedItem = Event | TurnEnded | TurnFailed | Refused
+
+
+@dataclass(eq=False)
+class Listener:
+    """A queue fed with the events of one turn (a claim generation), or of every turn once `turn` is None."""
+
+    turn: int | None = None
+    snapshots: bool = False
+    queue: asyncio.Queue[FeedItem] = field(default_factory=asyncio.Queue)
+
+    def wants(self, turn: int | None) -> bool:
+        return turn is None or self.turn is None or self.turn == turn
+
+
+@dataclass(eq=False)
+class LiveTask:
+    """What this process holds for a task while a turn runs, a call waits or someone listens."""
+
+    task: Task
+    record: TaskRecord
+    turn_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    listeners: list[Listener] = field(default_factory=list)
+    running: asyncio.Future[None] | None = None
+    running_turn: int | None = None
+    fenced: set[int] = field(default_factory=set)
+    canceling: asyncio.Event | None = None
+    users: int = 0
+    durable: tuple[Task, TaskRecord] | None = None
+    """The task and record as last stored: what the status view shows, so a revision always names stored content."""
+    claim_log: list[ClaimEvent] = field(default_factory=list)
+    """Claim events posted but not yet stored; they are written with the record."""
+    unsaved: list[tuple[int | None, FeedItem]] = field(default_factory=list)
+    """Events folded into the task but not yet stored, with their turns: published once a save holds them."""
+    flush_due: bool = False
+    store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held from taking the unsaved events to publishing them, so they reach listeners in the order they were folded."""
+
+    @property
+    def owner(self) -> ServerCallContext:
+        return owner_context(self.record.owner)
+
+
+@dataclass(eq=False)
+class Pending:
+    """A task that exists only once its agent sends something other than a direct reply."""
+
+    task: Task
+    owner: ServerCallContext
+    listener: Listener
+
+
+class TaskTable:
+    """The live tasks of one agent in this process: loaded on first use, forgotten when nothing holds them."""
+
+    def __init__(self, agent: str, store: TaskStore, ledger: Ledger) -> None:
+        self.agent = agent
+        self.store = store
+        self.ledger = ledger
+        self.live: dict[str, LiveTask] = {}
+
+    async def acquire(self, task_id: str, context: ServerCallContext, operators: bool = False) -> LiveTask:
+        """The live record of a task the caller may see (or, with `operators`, that an operator may act on), loaded
+        from the store if needed; pair with release."""
+        live = self.live.get(task_id)
+        if live is None:
+            record = await self.ledger.get(task_id)
+            allowed = record is not None and record.agent == self.agent and may_use(record, context, operators)
+            task = await self.store.get(task_id, owner_context(record.owner)) if record and allowed else None
+            if task is None or record is None:
+                raise errors.task_not_found(task_id)
+            live = self.live.setdefault(task_id, LiveTask(task=task, record=record, durable=(snapshot(task), record.copy())))
+        elif not may_use(live.record, context, operators):
+            raise errors.task_not_found(task_id)
+        live.users += 1
+        return live
+
+    def release(self, live: LiveTask) -> None:
+        live.users -= 1
+        self.evict_if_idle(live)
+
+    def evict_if_idle(self, live: LiveTask) -> None:
+        if live.users <= 0 and live.running is None and not live.listeners and not live.unsaved:
+            if self.live.get(live.task.id) is live:
+                del self.live[live.task.id]
+
+    def held(self, task_id: str) -> tuple[Task, TaskRecord] | None:
+        """The task and record as last stored, from memory while this process holds the task (read only, not copies);
+        None when it does not, or when another replica may have changed them since (no turn of ours runs)."""
+        live = self.live.get(task_id)
+        if live is None or (live.running is None and self.ledger.shared):
+            return None
+        return live.durable if live.durable is not None else (live.task, live.record)
+
+    def running(self) -> dict[str, LiveTask]:
+        """The tasks whose turn runs in this process."""
+        return {task_id: live for task_id, live in self.live.items() if live.running is not None}
+
+
+def may_use(record: TaskRecord, context: ServerCallContext, operators: bool) -> bool:
+    return may_see(record.owner, record.responsible_user, context) or (operators and is_operator(context))
+
+
+def requester(context: ServerCallContext) -> str:
+    """Who asked: an operator acting in the owner's name (`REQUESTED_BY` in the context's state), else the caller."""
+    return str(context.state.get(REQUESTED_BY) or context.user.user_name or ANONYMOUS)
+
+
+def last_user_message(task: Task) -> Message | None:
+    for entry in reversed(task.history):
+        if entry.role == Role.ROLE_USER:
+            return entry
+    return None
+
+
+def snapshot(task: Task) -> Task:
+    copy = Task()
+    copy.CopyFrom(task)
+    return copy
+
+
+def agent_status(task: Task, state: "TaskState.ValueType", text: str, message_id: str) -> TaskStatus:
+    """A status with an agent message, as the bridge writes it when it ends a task itself."""
+    status = TaskStatus(state=state)
+    status.message.CopyFrom(
+        Message(
+            message_id=message_id,
+            role=Role.ROLE_AGENT,
+            task_id=task.id,
+            context_id=task.context_id,
+            parts=[Part(text=text)],
+        )
+    )
+    return status
+
+
+def status_event_for(task: Task, status: TaskStatus) -> TaskStatusUpdateEvent:
+    return TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=status)
+
+
+def evidence_of(event: Event) -> dict[str, Any]:
+    """What an agent's status report shows: the state it reached and what it said."""
+    if not isinstance(event, TaskStatusUpdateEvent):
+        return {}
+    status = event.status
+    text = " ".join(p.text for p in status.message.parts if p.text) if status.HasField("message") else ""
+    return {"a2a_state": state_name(status.state), "message": text}
+
+
+def ends_stream(state: "TaskState.ValueType") -> bool:
+    """Streams close at a terminal state or INPUT_REQUIRED, and stay open through AUTH_REQUIRED."""
+    return is_terminal(state) or state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+def at_rest(event: Event) -> bool:
+    """A status event that ends a blocking call's wait (it always posts a claim operation too)."""
+    return isinstance(event, TaskStatusUpdateEvent) and settled(event.status.state)
+
+
+def settled(state: "TaskState.ValueType") -> bool:
+    """A blocking call returns at a terminal or interrupted state."""
+    return is_terminal(state) or is_interrupted(state)
+
+
+Window = Callable[[str, int], Coroutine[Any, Any, None]]
+"""Opens an operation window on a turn's claim: (stage, seconds)."""

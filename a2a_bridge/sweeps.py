@@ -1,0 +1,143 @@
+"""The host's lifecycle work outside turns: recovering claims left by a process that stopped, an operator's
+reconcile, and canceling tasks whose inactivity lifespan ran out."""
+
+import asyncio
+from typing import Any
+
+from a2a.types import TaskState
+from google.protobuf.json_format import ParseDict
+
+from a2a_bridge import claims, errors
+from a2a_bridge.auth import owner_context
+from a2a_bridge.cancels import CANCELED_TEXT
+from a2a_bridge.claims import Op
+from a2a_bridge.host_env import HostEnv
+from a2a_bridge.ledger import TaskRecord
+from a2a_bridge.live_tasks import TaskTable, agent_status, status_event_for
+from a2a_bridge.observability import about_task, left_task
+from a2a_bridge.task_status import WHO_MUST_ACT
+from a2a_bridge.task_writer import TaskWriter
+from a2a_bridge.turns import TurnRunner
+
+RECONCILE_TEXT = (
+    "The server stopped while this task was working, and repeating its work is not safe. "
+    "An operator must reconcile it."
+)
+
+
+class Sweeps:
+    """Recovery, reconcile and idle expiry for one agent's tasks."""
+
+    def __init__(self, env: HostEnv, table: TaskTable, writer: TaskWriter, runner: TurnRunner) -> None:
+        self.env = env
+        self.table = table
+        self.writer = writer
+        self.runner = runner
+
+    async def recover_stopped(self) -> None:
+        """Recover the claims of older sessions whose process no longer runs."""
+        env = self.env
+        for record in await env.ledger.claimed_before(env.session):
+            if record.agent == env.agent and not await env.ledger.session_alive(record.claim.session_generation):
+                await self.recover(record)
+
+    async def recover(self, record: TaskRecord) -> None:
+        """A claim left by a process that stopped: fence it, then continue, cancel, or wait for an operator."""
+        env, writer = self.env, self.writer
+        live = await self.table.acquire(record.task_id, owner_context(record.owner))
+        scope = about_task(env.agent, record.task_id, lambda: live.record.claim.claim_generation, "recovering a claim")
+        try:
+            await writer.refresh(live)
+            expected = live.record.claim
+            if expected != record.claim:
+                return
+            await writer.post(live, Op("invalidate"), {"reason": "claim_lost", "session": record.claim.session_generation})
+            if not await writer.commit_at_rest(live, expected):
+                live.record.claim = expected
+                return
+            if live.record.claim.cancellation_requested:
+                await writer.post(
+                    live, Op("reconcile_cancelled", local_operation_stopped=True), {"reason": "the process running it stopped"}
+                )
+                canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, env.new_id())
+                await writer.apply(live, None, status_event_for(live.task, canceled), claim_ops=())
+            elif env.settings.repeat_safe:
+                env.spawn(self.runner.resume_turn(record.task_id, live.owner, record.signal, "reconcile_continue"))
+            else:
+                waiting = agent_status(live.task, TaskState.TASK_STATE_AUTH_REQUIRED, RECONCILE_TEXT, env.new_id())
+                ParseDict({WHO_MUST_ACT: {"actor": "operator", "action": "reconcile"}}, waiting.message.metadata)
+                await writer.apply(live, None, status_event_for(live.task, waiting), claim_ops=())
+        finally:
+            self.table.release(live)
+            left_task(scope)
+
+    async def reconcile(self, task_id: str, outcome: str, evidence: dict[str, Any]) -> TaskRecord:
+        """An operator reports the actual outcome of a task in needs_reconciliation (the seed's four rows)."""
+        env, writer = self.env, self.writer
+        record = await env.ledger.get(task_id)
+        if record is None or record.agent != env.agent:
+            raise errors.task_not_found(task_id)
+        live = await self.table.acquire(task_id, owner_context(record.owner))
+        scope = about_task(env.agent, task_id, lambda: live.record.claim.claim_generation, f"reconcile: {outcome}")
+        try:
+            operation = f"reconcile_{outcome}"
+            if outcome == "continue":
+                check = Op(operation, session=env.session, evidence=evidence, local_operation_stopped=True)
+                claims.apply(live.record.claim, check, env.clock.now(), env.settings.lease)
+                env.spawn(self.runner.resume_turn(task_id, live.owner, live.record.signal, operation, evidence))
+                return live.record.copy()
+            await writer.post(live, Op(operation, local_operation_stopped=True), evidence)
+            note = str(evidence.get("note") or "no note")
+            if outcome == "completed":
+                done = agent_status(live.task, TaskState.TASK_STATE_COMPLETED, f"Reconciled by an operator: {note}", env.new_id())
+                await writer.apply(live, None, status_event_for(live.task, done), claim_ops=())
+            elif outcome == "cancelled":
+                done = agent_status(live.task, TaskState.TASK_STATE_CANCELED, f"Canceled by an operator: {note}", env.new_id())
+                await writer.apply(live, None, status_event_for(live.task, done), claim_ops=())
+            else:
+                await writer.put_record(live)
+            return live.record.copy()
+        finally:
+            self.table.release(live)
+            left_task(scope)
+
+    async def load_idle_deadlines(self) -> None:
+        env = self.env
+        for record in await env.ledger.idle_deadlines():
+            if record.agent == env.agent and record.idle_expires_at is not None:
+                env.deadlines[record.task_id] = record.idle_expires_at
+
+    async def sweep_idle(self) -> None:
+        """Cancel tasks whose inactivity lifespan ran out; bounded steps, ended with the host."""
+        env = self.env
+        lifespan = env.settings.idle_lifespan
+        assert lifespan is not None
+        step = min(1.0, max(0.05, lifespan.total_seconds() / 4))
+        while True:
+            now = env.clock.now()
+            for task_id, deadline in list(env.deadlines.items()):
+                if deadline <= now:
+                    env.deadlines.pop(task_id, None)
+                    await self.expire(task_id)
+            await asyncio.sleep(step)
+
+    async def expire(self, task_id: str) -> None:
+        env = self.env
+        record = await env.ledger.get(task_id)
+        if record is None:
+            return
+        live = await self.table.acquire(task_id, owner_context(record.owner))
+        try:
+            deadline = live.record.idle_expires_at
+            if deadline is None or deadline > env.clock.now():
+                return
+            if live.running is not None or live.turn_lock.locked():
+                env.deadlines.setdefault(task_id, deadline)  # input is starting a turn; look again at the next sweep
+                return
+            async with live.turn_lock:
+                lifespan = env.settings.idle_lifespan.total_seconds() if env.settings.idle_lifespan else 0
+                text = f"Canceled after {lifespan:g} seconds without input: the task's inactivity lifespan ran out."
+                canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, text, env.new_id())
+                await self.writer.apply(live, None, status_event_for(live.task, canceled))
+        finally:
+            self.table.release(live)

@@ -1,0 +1,239 @@
+"""A task's persistence: claim operations posted, events fenced and folded into the task, the task and its record
+saved (back-to-back events share one save), and only what is stored published to listeners, the event log and
+webhooks."""
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any
+
+from a2a.types import Message, Task, TaskStatusUpdateEvent
+from a2a.utils.proto_utils import to_stream_response
+from google.protobuf.json_format import MessageToJson
+
+from a2a_bridge import claims
+from a2a_bridge.auth import RESPONSIBLE_USER
+from a2a_bridge.claims import Claim, ClaimError, Op
+from a2a_bridge.host_env import HostEnv
+from a2a_bridge.ledger import ClaimEvent, TaskRecord
+from a2a_bridge.live_tasks import FeedItem, LiveTask, Pending, TaskTable, at_rest, evidence_of, settled, snapshot
+from a2a_bridge.states import is_terminal, row_for, state_name
+from a2a_bridge.task_events import Event, apply_event, stamp_ids
+from a2a_bridge.task_status import ANONYMOUS, next_notifications
+
+log = logging.getLogger(__name__)
+
+MAX_DEFERRED = 8
+"""Events an agent sends back to back without yielding that wait for one save; the next is saved at once, so a
+listener reads the first events while the agent still produces (never all of them at the end)."""
+CANCEL_TURN = 0
+"""The turn of the events an agent reports from cancel(): it speaks for the current claim."""
+
+
+class TaskWriter:
+    """Posts claim operations, folds events, saves tasks with their records and publishes what is stored."""
+
+    def __init__(self, env: HostEnv, table: TaskTable) -> None:
+        self.env = env
+        self.table = table
+
+    async def open(self, pending: Pending, turn: int, execution: asyncio.Future[None] | None, agent_task: Task | None) -> LiveTask:
+        """Store a new task under its first claim (merging what the agent sent) and publish its first snapshot."""
+        env = self.env
+        task = pending.task
+        if agent_task is not None:
+            if agent_task.history:
+                del task.history[:]
+                task.history.extend(agent_task.history)
+            task.artifacts.extend(agent_task.artifacts)
+            task.metadata.update(agent_task.metadata)
+        owner = pending.owner.user.user_name
+        record = TaskRecord(
+            task_id=task.id,
+            agent=env.agent,
+            owner=owner,
+            responsible_user=pending.owner.state.get(RESPONSIBLE_USER) or owner or ANONYMOUS,
+            created_at=env.clock.now(),
+            state=state_name(task.status.state),
+        )
+        live = LiveTask(task=task, record=record, users=1)
+        live.running, live.running_turn = execution, turn
+        live.listeners.append(pending.listener)
+        self.table.live[task.id] = live
+        await self.post(live, Op("create"), {"message_id": task.history[0].message_id if task.history else ""})
+        await self.post(live, Op("claim", session=env.session), {"turn": "first message"})
+        live.unsaved.append((turn, snapshot(task)))
+        if env.settings.repeat_safe and not env.ledger.shared:
+            self.defer(live)
+        else:
+            await self.store_unsaved(live)
+        return live
+
+    async def post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
+        """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
+        now = self.env.clock.now()
+        claim = live.record.claim
+        op = replace(
+            op,
+            generation=claim.claim_generation if op.generation is None else op.generation,
+            session=op.session or claim.session_generation,
+            evidence=evidence,
+        )
+        updated = claims.apply(claim, op, now, self.env.settings.lease)
+        live.record.claim = updated
+        live.claim_log.append(ClaimEvent(live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now))
+        return updated
+
+    @staticmethod
+    def _posted(live: LiveTask) -> list[ClaimEvent]:
+        """The claim events posted since the last write, handed to the write that stores them."""
+        posted, live.claim_log = live.claim_log, []
+        return posted
+
+    async def commit_at_rest(self, live: LiveTask, expected: Claim) -> bool:
+        """Store a claim change made while no turn runs, only if no other replica changed the claim first."""
+        async with live.save_lock:
+            stored = await self.env.ledger.put_if(live.record, expected, self._posted(live))
+            if stored:
+                self._stored_claim(live)
+            return stored
+
+    async def refresh(self, live: LiveTask) -> None:
+        """Reread a task that no turn of this process runs: another replica may have changed it."""
+        if not self.env.ledger.shared or live.running is not None:
+            return
+        record = await self.env.ledger.get(live.task.id)
+        task = await self.env.store.get(live.task.id, live.owner)
+        if record is not None and task is not None:
+            live.record, live.task = record, task
+
+    async def save(self, live: LiveTask, changes: int = 1) -> None:
+        """Store the task and its record with the revision moved once per change it holds; a canceled turn does not
+        interrupt the write."""
+        await asyncio.shield(self._write(live, changes))
+
+    async def _write(self, live: LiveTask, changes: int) -> None:
+        env = self.env
+        async with live.save_lock:
+            record = live.record
+            record.revision += changes
+            record.state = state_name(live.task.status.state)
+            record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, env.clock.now())
+            lifespan = env.settings.idle_lifespan
+            if lifespan is not None and row_for(live.task.status.state).phase == "idle":
+                if record.idle_expires_at is None:
+                    record.idle_expires_at = env.clock.now() + lifespan
+                env.deadlines[record.task_id] = record.idle_expires_at
+            else:
+                record.idle_expires_at = None
+                env.deadlines.pop(record.task_id, None)
+            persisted = snapshot(live.task)
+            await env.ledger.save(env.store, persisted, live.owner, record, self._posted(live))
+            live.durable = (persisted, record.copy())
+        env.signal_change(live.task.id)
+
+    async def put_record(self, live: LiveTask) -> None:
+        """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
+        async with live.save_lock:
+            await self.env.ledger.put(live.record, self._posted(live))
+            self._stored_claim(live)
+
+    @staticmethod
+    def _stored_claim(live: LiveTask) -> None:
+        """The claim just stored joins the stored view; the status fields and the task there are unchanged."""
+        if live.durable is not None:
+            task, record = live.durable
+            live.durable = (task, replace(record, claim=live.record.claim, signal=live.record.signal))
+
+    @staticmethod
+    def publish(live: LiveTask, turn: int | None, item: FeedItem) -> None:
+        """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""
+        rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
+        for listener in live.listeners:
+            if listener.wants(turn):
+                listener.queue.put_nowait(snapshot(live.task) if rest and listener.snapshots else item)
+
+    @staticmethod
+    def _claim_ops(live: LiveTask, event: Event) -> tuple[str, ...]:
+        """The claim operations an event posts: reaching an interrupted or terminal state reports it."""
+        if not isinstance(event, TaskStatusUpdateEvent):
+            return ()
+        target = row_for(event.status.state).claim_state
+        operation = claims.REACHED_BY.get(target)
+        if operation is None:
+            return ()
+        if operation == "report_cancelled" and not live.record.claim.cancellation_requested:
+            return ("request_cancel", operation)
+        return (operation,)
+
+    async def apply(self, live: LiveTask, turn: int | None, event: Event, claim_ops: tuple[str, ...] | None = None) -> bool:
+        """Fence, fold, store and fan out one event; turn None is the bridge's own event. False if it was dropped."""
+        if isinstance(event, Task):
+            log.warning("ignored a second Task snapshot from the agent for task %s", live.task.id)
+            return False
+        claim = live.record.claim
+        if turn is not None and turn in live.fenced:
+            log.warning("dropped an event of fenced turn %s of task %s", turn, live.task.id)
+            return False
+        if turn not in (None, CANCEL_TURN) and (turn != claim.claim_generation or claim.session_generation != self.env.session):
+            log.warning("dropped an event of stale claim %s of task %s (current %s)", turn, live.task.id, claim.claim_generation)
+            return False
+        if is_terminal(live.task.status.state):
+            log.warning("dropped an event for ended task %s", live.task.id)
+            return False
+        stamp_ids(live.task, event)
+        before = live.record.claim
+        operations = self._claim_ops(live, event) if claim_ops is None else claim_ops
+        try:
+            for operation in operations:
+                await self.post(live, Op(operation, local_operation_stopped=True), evidence_of(event))
+        except ClaimError as refused:
+            live.record.claim = before
+            log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
+            return False
+        apply_event(live.task, event, self.env.clock.now())
+        if isinstance(event, TaskStatusUpdateEvent):
+            event.status.CopyFrom(live.task.status)
+        live.unsaved.append((turn, event))
+        if not operations and not self.env.ledger.shared and not at_rest(event) and len(live.unsaved) < MAX_DEFERRED:
+            self.defer(live)
+        else:
+            await self.store_unsaved(live)
+        return True
+
+    def defer(self, live: LiveTask) -> None:
+        """Store what was folded in once the agent yields, so the events an agent sends back to back share one save;
+        they are published only then. Deferred: events that post no claim operation (the claim that lets the agent
+        run is stored already) and, for agents whose work may repeat, the new task with its first claim (a crash
+        before that save leaves no task, and a retry of the message runs it again)."""
+        if not live.flush_due:
+            live.flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_due, live)
+
+    def _flush_due(self, live: LiveTask) -> None:
+        live.flush_due = False
+        if live.unsaved:
+            self.env.spawn(self.store_unsaved(live))
+
+    async def store_unsaved(self, live: LiveTask) -> None:
+        """Save the task with what was folded into it since the last save, then publish it in order (a new task's
+        first snapshot, then the agent's events, which also go to the shared event log and to webhooks)."""
+        async with live.store_lock:
+            await self._store_held(live)
+        self.table.evict_if_idle(live)
+
+    async def _store_held(self, live: LiveTask) -> None:
+        if not live.unsaved:
+            return
+        events, live.unsaved = live.unsaved, []
+        await self.save(live, len(events))
+        for turn, event in events:
+            if isinstance(event, Task):
+                self.publish(live, turn, event)
+                continue
+            if self.env.ledger.shared:
+                body = MessageToJson(to_stream_response(event))
+                await self.env.ledger.append_event(live.task.id, live.record.revision, body)
+            self.publish(live, turn, event)
+            if self.env.push is not None and not isinstance(event, Message):
+                self.env.push.notify(live.task.id, event)
