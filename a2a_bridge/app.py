@@ -1,5 +1,6 @@
 """Assembles the Starlette application: each agent's card, both A2A bindings and its operator endpoints."""
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -148,6 +149,8 @@ class Bridge:
         """`principals` add to those of `security`; under `security.require_auth` the agents' demo tokens are not
         accepted. `direct_rpc=False` leaves every JSON-RPC request to the SDK's dispatcher."""
         self.stores = stores
+        self.started = False
+        """True from the end of start-up (recovery done) to the start of shutdown: what /readyz reports."""
         self.clock = clock
         self.ledger = stores.ledger()
         self.security = security or SecurityConfig()
@@ -185,7 +188,11 @@ class Bridge:
         session = await self.ledger.start_session(self.clock.now())
         for agent in self.agents.values():
             await agent.host.start(session)
+        watch = asyncio.ensure_future(self.stores.health.watch())
+        self.started = True
         yield
+        self.started = False
+        watch.cancel()
         for agent in self.agents.values():
             await agent.host.stop()
         for agent in self.agents.values():
@@ -209,7 +216,21 @@ class Bridge:
                 }
             )
 
-        routes: list[BaseRoute] = [Route("/", index, methods=["GET"]), Mount("/console", app=console_app(self))]
+        async def healthz(_request: Request) -> Response:
+            return JSONResponse({"status": "up"})
+
+        async def readyz(_request: Request) -> Response:
+            problem = "starting or stopping" if not self.started else await self.stores.reachable()
+            if problem is not None:
+                return JSONResponse({"ready": False, "reason": problem}, status_code=503)
+            return JSONResponse({"ready": True})
+
+        routes: list[BaseRoute] = [
+            Route("/", index, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Mount("/console", app=console_app(self)),
+        ]
         routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}")) for name, agent in self.agents.items()]
         return Starlette(routes=routes, lifespan=self.lifespan)
 

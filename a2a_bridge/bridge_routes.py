@@ -19,8 +19,9 @@ from a2a_bridge.auth import caller_name, header, may_see, owner_context, public_
 from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
-from a2a_bridge.states import state_name
 from a2a_bridge.live_tasks import REQUESTED_BY
+from a2a_bridge.states import state_name
+from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_host import TaskHost
 from a2a_bridge.task_status import ActionRequest, action_requests, status_object
 
@@ -67,6 +68,11 @@ def problem(code: int, status: str, message: str, **details: Any) -> JSONRespons
 
 def not_found(task_id: str) -> JSONResponse:
     return problem(404, "NOT_FOUND", "Task not found", taskId=task_id)
+
+
+def store_unavailable(task_id: str) -> JSONResponse:
+    """503: the store did not take the change; nothing was done that is not stored (a retry is safe)."""
+    return problem(503, "UNAVAILABLE", "Store unavailable: the change was not stored", taskId=task_id)
 
 
 def claim_fields(claim: Claim) -> dict[str, Any]:
@@ -233,6 +239,8 @@ class BridgeEndpoints:
             record = await self.host.reconcile(task_id, outcome, evidence)
         except ClaimError as refused:
             return problem(409, "FAILED_PRECONDITION", refused.detail, reason=refused.reason, taskId=task_id)
+        except StoreUnavailable:
+            return store_unavailable(task_id)
         return JSONResponse(claim_view(record, await self.host.ledger.claim_events(task_id)))
 
     async def cancel(self, request: Request) -> Response:
@@ -246,6 +254,8 @@ class BridgeEndpoints:
         owner.state[REQUESTED_BY] = caller.user.user_name
         try:
             task = await self.host.cancel(task_id, owner)
+        except StoreUnavailable:
+            return store_unavailable(task_id)
         except A2AError as refused:
             return problem(409, "FAILED_PRECONDITION", refused.message, taskId=task_id)
         return JSONResponse({"taskId": task_id, "state": state_name(task.status.state)})
@@ -269,8 +279,18 @@ class BridgeEndpoints:
             or not any(r.actor == "operator" and r.action == "approve" for r in action_requests(task))
         ):
             return problem(409, "FAILED_PRECONDITION", "Task is not waiting for approval", taskId=task_id)
-        self.host.resume(task_id, owner, APPROVED)
-        return JSONResponse({"approved": True, "taskId": task_id})
+        refused = await self._resumed(task_id, owner, APPROVED)
+        return refused or JSONResponse({"approved": True, "taskId": task_id})
+
+    async def _resumed(self, task_id: str, owner: ServerCallContext, signal: str) -> Response | None:
+        """Resume a task with a signal; None once its claim is stored, else the answer that says why not."""
+        try:
+            await self.host.resume(task_id, owner, signal)
+        except ClaimError as refused:
+            return problem(409, "FAILED_PRECONDITION", "Task is already resuming", reason=refused.reason, taskId=task_id)
+        except StoreUnavailable:
+            return store_unavailable(task_id)
+        return None
 
     def answering(self, route: ActionRoute) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -310,8 +330,8 @@ class BridgeEndpoints:
             return problem(409, "FAILED_PRECONDITION", "Task is already resuming", taskId=task_id)
         signal = f"{route.signal}:{value}"
         owner.state["base_url"] = public_base(request, request.scope.get("root_path", ""))
-        self.host.resume(task_id, owner, signal)
-        return JSONResponse({"taskId": task_id, route.field: value, "signal": signal})
+        refused = await self._resumed(task_id, owner, signal)
+        return refused or JSONResponse({"taskId": task_id, route.field: value, "signal": signal})
 
 
 class StatusPolls:

@@ -2,6 +2,7 @@
 it), let the agent report the cancel, and end the task CANCELED."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -14,6 +15,7 @@ from a2a_bridge.host_env import HostEnv
 from a2a_bridge.live_tasks import LiveTask, TaskTable, agent_status, requester, snapshot, status_event_for
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.states import is_terminal
+from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
 from a2a_bridge.turns import BridgeRequestContext, TurnQueue
 
@@ -68,8 +70,11 @@ class Canceller:
             left_task(scope)
 
     async def _stop_turn(self, live: LiveTask, context: ServerCallContext) -> None:
+        """Stop the turn and end the task CANCELED; what the store does not take now is kept for it (and the caller
+        told StoreUnavailable)."""
         await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
-        await self.writer.put_record(live)
+        with contextlib.suppress(StoreUnavailable):
+            await self.writer.put_record(live)
         running, turn = live.running, live.running_turn
         if running is not None and turn is not None:
             live.fenced.add(turn)
@@ -83,3 +88,5 @@ class Canceller:
         if not is_terminal(live.task.status.state):
             canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, self.env.new_id())
             await self.writer.apply(live, None, status_event_for(live.task, canceled))
+        if live.retrying is not None:
+            raise StoreUnavailable(live.task.id)

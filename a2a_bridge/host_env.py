@@ -15,6 +15,10 @@ from a2a_bridge import claims
 from a2a_bridge.clock import Clock
 from a2a_bridge.ledger import Ledger
 from a2a_bridge.push import PushDispatcher
+from a2a_bridge.store_faults import STORE_GRACE
+
+MAX_TASK_BYTES = 16 * 1024 * 1024
+"""The default size limit of one task: 16 MiB."""
 
 ReplyHook = Callable[[str, str, Message], Coroutine[Any, Any, None]]
 """Called with (owner, messageId, reply) when an agent answers a message directly, before the caller sees it."""
@@ -27,6 +31,10 @@ class HostSettings:
     lease: timedelta = claims.DEFAULT_LEASE
     idle_lifespan: timedelta | None = None
     repeat_safe: bool = True
+    store_grace: float = STORE_GRACE
+    """Seconds a caller waits for a write the store refuses before it is told the store is unavailable."""
+    max_task_bytes: int = MAX_TASK_BYTES
+    """The most a task's history, artifacts and metadata may hold, in bytes of its stored form."""
 
 
 @dataclass(eq=False)

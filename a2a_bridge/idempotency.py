@@ -14,6 +14,7 @@ from google.protobuf.json_format import MessageToJson, Parse
 
 from a2a_bridge import errors
 from a2a_bridge.ledger import SentMessage
+from a2a_bridge.store_faults import StoreUnavailable, transient
 from a2a_bridge.live_tasks import Listener, TurnEnded
 from a2a_bridge.task_host import TaskHost
 
@@ -73,7 +74,12 @@ class Retries:
         task_id = message.task_id or self.host.new_id()
         while True:
             async with self._exclusive(key):
-                sent = await self.host.ledger.remember(self.host.agent, *key, SentMessage(digest, task_id, None))
+                try:
+                    sent = await self.host.ledger.remember(self.host.agent, *key, SentMessage(digest, task_id, None))
+                except Exception as error:
+                    if transient(error):
+                        raise StoreUnavailable() from error
+                    raise
                 if sent is None:
                     return await self.host.send(request, context, listener, new_task_id=task_id)
                 if sent.fingerprint != digest:

@@ -35,6 +35,7 @@ from sqlalchemy.sql.dml import Insert
 from a2a_bridge.claims import Claim
 from a2a_bridge.group_commit import GroupCommit
 from a2a_bridge.proto_json import to_dict
+from a2a_bridge.store_faults import StoreHealth, transient
 from a2a_bridge.task_status import Notification
 
 metadata = MetaData()
@@ -314,8 +315,9 @@ _Write = _Save | _Remember
 class SqlLedger:
     """The ledger in the same database as the tasks: SQLite (one process) or PostgreSQL (shared by replicas)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, health: StoreHealth | None = None) -> None:
         self.engine = engine
+        self.health = health or StoreHealth()
         self.shared = engine.dialect.name == "postgresql"
         self._ready = False
         self._session_lock: AsyncConnection | None = None
@@ -391,6 +393,7 @@ class SqlLedger:
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         """Store the record only if its claim is still `expected` (generation and state): one replica wins."""
         await self._init()
+        self.health.ensure_writable()
         table = records_table
         async with self.engine.begin() as conn:
             updated = await conn.execute(
@@ -488,6 +491,18 @@ class SqlLedger:
         return await self._writes.submit(_Remember((agent, owner, message_id), sent))
 
     async def _write_many(self, writes: list["_Write"]) -> list[SentMessage | None]:
+        """One transaction for a batch (see `_write_batch`), refused while the store may not be written."""
+        self.health.ensure_writable()
+        try:
+            results = await self._write_batch(writes)
+        except Exception as error:
+            if transient(error):
+                self.health.wrote(error)
+            raise
+        self.health.wrote(None)
+        return results
+
+    async def _write_batch(self, writes: list["_Write"]) -> list[SentMessage | None]:
         """One transaction for a batch: each task's and record's last row, every claim event, every new message."""
         results: list[SentMessage | None] = [None] * len(writes)
         tasks: dict[Table, dict[str, dict[str, Any]]] = {}

@@ -81,10 +81,22 @@ class LiveTask:
     flush_due: bool = False
     store_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held from taking the unsaved events to publishing them, so they reach listeners in the order they were folded."""
+    retrying: asyncio.Future[None] | None = None
+    """The job that stores what the store refused, with backoff, until it is back; None while nothing waits."""
+    ended_turns: list[int] = field(default_factory=list)
+    """Turns that ended while their events waited for the store: their listeners are told once those are stored."""
+
+    bytes: int | None = None
+    """The task's size as stored (protobuf bytes), counted once and then grown by each event folded in."""
 
     @property
     def owner(self) -> ServerCallContext:
         return owner_context(self.record.owner)
+
+    def size(self) -> int:
+        if self.bytes is None:
+            self.bytes = self.task.ByteSize()
+        return self.bytes
 
 
 @dataclass(eq=False)
@@ -126,7 +138,7 @@ class TaskTable:
         self.evict_if_idle(live)
 
     def evict_if_idle(self, live: LiveTask) -> None:
-        if live.users <= 0 and live.running is None and not live.listeners and not live.unsaved:
+        if live.users <= 0 and live.running is None and not live.listeners and not live.unsaved and live.retrying is None:
             if self.live.get(live.task.id) is live:
                 del self.live[live.task.id]
 

@@ -19,11 +19,14 @@ from a2a.server.tasks import (
     PushNotificationConfigStore,
     TaskStore,
 )
-from sqlalchemy import event
+from pathlib import Path
+
+from sqlalchemy import event, text
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
+from a2a_bridge.store_faults import StoreHealth
 
 
 @functools.cache
@@ -61,6 +64,13 @@ class StoreConfig:
             return cls(value)
         raise ValueError(f"unsupported store {value!r}: use memory, sqlite:///PATH or postgresql://...")
 
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file, for a store kept in one (None for memory, PostgreSQL and SQLite in memory)."""
+        prefix = "sqlite+aiosqlite:///"
+        if self.url is None or not self.url.startswith(prefix) or self.url.endswith(":memory:"):
+            return None
+        return Path(self.url.removeprefix(prefix).split("?", 1)[0])
+
 
 class Stores:
     """The engine shared by every agent, and one table pair per agent."""
@@ -68,6 +78,7 @@ class Stores:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.engine: AsyncEngine | None = None
+        self.health = StoreHealth(config.sqlite_path())
         self._tables: list[DatabaseTaskStore | DatabasePushNotificationConfigStore] = []
         if config.url is not None:
             kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}, "pool_size": 1, "max_overflow": 0} if config.url.startswith("sqlite") else {}
@@ -92,10 +103,23 @@ class Stores:
         first uses at once (a turn saving its task while a ListTasks runs) both tried to create the same table."""
         for store in self._tables:
             await store.initialize()
+        self.health.opened()
 
     def ledger(self) -> Ledger:
         """The bridge's own tables, in the same database as the tasks."""
-        return MemoryLedger() if self.engine is None else SqlLedger(self.engine)
+        return MemoryLedger() if self.engine is None else SqlLedger(self.engine, self.health)
+
+    async def reachable(self) -> str | None:
+        """None when the store answers a query and may be written, else why not."""
+        problem = self.health.check() or self.health.failing
+        if problem is not None or self.engine is None:
+            return problem
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except Exception as error:  # noqa: BLE001 - any failure means not ready; its name is the reason
+            return f"the store does not answer: {type(error).__name__}"
+        return None
 
     async def close(self) -> None:
         if self.engine is not None:

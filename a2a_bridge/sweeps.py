@@ -2,6 +2,7 @@
 reconcile, and canceling tasks whose inactivity lifespan ran out."""
 
 import asyncio
+import logging
 from typing import Any
 
 from a2a.types import TaskState
@@ -18,6 +19,8 @@ from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.task_writer import TaskWriter
 from a2a_bridge.turns import TurnRunner
+
+log = logging.getLogger(__name__)
 
 RECONCILE_TEXT = (
     "The server stopped while this task was working, and repeating its work is not safe. "
@@ -84,7 +87,7 @@ class Sweeps:
             if outcome == "continue":
                 check = Op(operation, session=env.session, evidence=evidence, local_operation_stopped=True)
                 claims.apply(live.record.claim, check, env.clock.now(), env.settings.lease)
-                env.spawn(self.runner.resume_turn(task_id, live.owner, live.record.signal, operation, evidence))
+                await self.runner.resume_turn(task_id, live.owner, live.record.signal, operation, evidence, background=True)
                 return live.record.copy()
             await writer.post(live, Op(operation, local_operation_stopped=True), evidence)
             note = str(evidence.get("note") or "no note")
@@ -100,6 +103,28 @@ class Sweeps:
         finally:
             self.table.release(live)
             left_task(scope)
+
+    async def sweep_leases(self) -> None:
+        """Every third of a lease, recover the claims whose lease ran out while no turn of this process holds them
+        (a turn whose end the store did not take, a claim left behind); a store that does not answer is tried again
+        at the next sweep."""
+        env = self.env
+        while True:
+            await asyncio.sleep(env.settings.lease.total_seconds() / 3)
+            try:
+                expired = await env.ledger.expired_claims(env.clock.now())
+            except Exception as error:  # noqa: BLE001 - the store is down: the next sweep looks again
+                log.warning("lease sweep skipped: %s", type(error).__name__)
+                continue
+            held = self.table.live
+            for record in expired:
+                live = held.get(record.task_id)
+                if record.agent != env.agent or (live is not None and (live.running or live.unsaved or live.retrying)):
+                    continue
+                try:
+                    await self.recover(record)
+                except Exception:
+                    log.exception("could not recover task %s; the next sweep tries again", record.task_id)
 
     async def load_idle_deadlines(self) -> None:
         env = self.env

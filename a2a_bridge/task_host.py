@@ -9,7 +9,7 @@ from collections.abc import Callable
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore, TaskStore
-from a2a.types import SendMessageRequest, Task
+from a2a.types import Task
 
 from a2a_bridge import errors
 from a2a_bridge.auth import caller_name, may_see, owner_context, visible_to
@@ -72,6 +72,8 @@ class TaskHost:
         await self.sweeps.recover_stopped()
         if self.ledger.shared:
             env.spawn(self.replicas.watch(self.cancel, self.sweeps.recover))
+        else:
+            env.spawn(self.sweeps.sweep_leases())
         if env.settings.idle_lifespan is not None:
             await self.sweeps.load_idle_deadlines()
             env.spawn(self.sweeps.sweep_idle())

@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from a2a.types import Message, Task, TaskStatusUpdateEvent
+from a2a.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
 
@@ -16,8 +16,23 @@ from a2a_bridge.auth import RESPONSIBLE_USER
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
 from a2a_bridge.ledger import ClaimEvent, TaskRecord
-from a2a_bridge.live_tasks import FeedItem, LiveTask, Pending, TaskTable, at_rest, evidence_of, settled, snapshot
+from a2a_bridge.live_tasks import (
+    FeedItem,
+    LiveTask,
+    Pending,
+    Refused,
+    TaskTable,
+    TurnEnded,
+    TurnFailed,
+    agent_status,
+    at_rest,
+    evidence_of,
+    settled,
+    snapshot,
+    status_event_for,
+)
 from a2a_bridge.states import is_terminal, row_for, state_name
+from a2a_bridge.store_faults import StoreUnavailable, backoff, transient
 from a2a_bridge.task_events import Event, apply_event, stamp_ids
 from a2a_bridge.task_status import ANONYMOUS, next_notifications
 
@@ -26,6 +41,7 @@ log = logging.getLogger(__name__)
 MAX_DEFERRED = 8
 """Events an agent sends back to back without yielding that wait for one save; the next is saved at once, so a
 listener reads the first events while the agent still produces (never all of them at the end)."""
+FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
 CANCEL_TURN = 0
 """The turn of the events an agent reports from cancel(): it speaks for the current claim."""
 
@@ -66,8 +82,23 @@ class TaskWriter:
         if env.settings.repeat_safe and not env.ledger.shared:
             self.defer(live)
         else:
-            await self.store_unsaved(live)
+            await self._store_first(live)
         return live
+
+    async def _store_first(self, live: LiveTask) -> None:
+        """A new task whose agent must not act before it is stored: stored now, or dropped with its callers told, and
+        StoreUnavailable raised to the agent."""
+        async with live.store_lock:
+            try:
+                await self._store_held(live)
+                return
+            except Exception as error:
+                log.warning("task %s not created: %s", live.task.id, type(error).__name__)
+        self.table.live.pop(live.task.id, None)
+        live.unsaved.clear()
+        live.claim_log.clear()
+        self._tell_store_down(live)
+        raise StoreUnavailable(live.task.id)
 
     async def post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
         """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
@@ -91,52 +122,86 @@ class TaskWriter:
         return posted
 
     async def commit_at_rest(self, live: LiveTask, expected: Claim) -> bool:
-        """Store a claim change made while no turn runs, only if no other replica changed the claim first."""
+        """Store a claim change made while no turn runs, only if no other replica changed the claim first; raises
+        StoreUnavailable (the claim back as `expected`) when the store does not answer."""
         async with live.save_lock:
-            stored = await self.env.ledger.put_if(live.record, expected, self._posted(live))
+            try:
+                stored = await self.env.ledger.put_if(live.record, expected, self._posted(live))
+            except Exception as error:
+                live.record.claim = expected
+                raise self._fault(live, error) from error
             if stored:
                 self._stored_claim(live)
             return stored
 
     async def refresh(self, live: LiveTask) -> None:
         """Reread a task that no turn of this process runs: another replica may have changed it."""
-        if not self.env.ledger.shared or live.running is not None:
+        if not self.env.ledger.shared or live.running is not None or live.retrying is not None:
             return
         record = await self.env.ledger.get(live.task.id)
         task = await self.env.store.get(live.task.id, live.owner)
         if record is not None and task is not None:
-            live.record, live.task = record, task
+            live.record, live.task, live.bytes = record, task, None
 
     async def save(self, live: LiveTask, changes: int = 1) -> None:
         """Store the task and its record with the revision moved once per change it holds; a canceled turn does not
-        interrupt the write."""
+        interrupt the write. If the store refuses it, the record is as before and the claim events wait for the next
+        write: StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
         await asyncio.shield(self._write(live, changes))
 
     async def _write(self, live: LiveTask, changes: int) -> None:
         env = self.env
         async with live.save_lock:
+            stored = replace(live.record)
             record = live.record
             record.revision += changes
             record.state = state_name(live.task.status.state)
             record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, env.clock.now())
             lifespan = env.settings.idle_lifespan
-            if lifespan is not None and row_for(live.task.status.state).phase == "idle":
-                if record.idle_expires_at is None:
-                    record.idle_expires_at = env.clock.now() + lifespan
+            idle = lifespan is not None and row_for(live.task.status.state).phase == "idle"
+            if idle and record.idle_expires_at is None and lifespan is not None:
+                record.idle_expires_at = env.clock.now() + lifespan
+            elif not idle:
+                record.idle_expires_at = None
+            persisted = snapshot(live.task)
+            posted = self._posted(live)
+            try:
+                await env.ledger.save(env.store, persisted, live.owner, record, posted)
+            except Exception as error:
+                record.revision, record.state = stored.revision, stored.state
+                record.notifications, record.idle_expires_at = stored.notifications, stored.idle_expires_at
+                live.claim_log[:0] = posted
+                raise self._fault(live, error) from error
+            live.durable = (persisted, record.copy())
+            if record.idle_expires_at is not None:
                 env.deadlines[record.task_id] = record.idle_expires_at
             else:
-                record.idle_expires_at = None
                 env.deadlines.pop(record.task_id, None)
-            persisted = snapshot(live.task)
-            await env.ledger.save(env.store, persisted, live.owner, record, self._posted(live))
-            live.durable = (persisted, record.copy())
         env.signal_change(live.task.id)
 
     async def put_record(self, live: LiveTask) -> None:
-        """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
+        """Store a claim change that leaves the status view as it was (a lease renewal, an operation window). When
+        the store is down the change is kept, stored by the retrier once it is back, and StoreUnavailable raised."""
         async with live.save_lock:
-            await self.env.ledger.put(live.record, self._posted(live))
+            posted = self._posted(live)
+            try:
+                await self.env.ledger.put(live.record, posted)
+            except Exception as error:
+                live.claim_log[:0] = posted
+                fault = self._fault(live, error)
+                self._keep_retrying(live)
+                raise fault from error
             self._stored_claim(live)
+
+    @staticmethod
+    def _fault(live: LiveTask, error: Exception) -> Exception:
+        """StoreUnavailable for a store that is down or full; the error itself for content the store refuses."""
+        if isinstance(error, StoreUnavailable):
+            return error
+        if transient(error):
+            log.warning("store unavailable for task %s: %s", live.task.id, type(error).__name__)
+            return StoreUnavailable(live.task.id)
+        return error
 
     @staticmethod
     def _stored_claim(live: LiveTask) -> None:
@@ -181,6 +246,13 @@ class TaskWriter:
         if is_terminal(live.task.status.state):
             log.warning("dropped an event for ended task %s", live.task.id)
             return False
+        if turn is not None and live.size() + event.ByteSize() > self.env.settings.max_task_bytes:
+            log.warning("task %s reached max_task_bytes (%d): its turn ends FAILED", live.task.id, self.env.settings.max_task_bytes)
+            live.fenced.add(turn)
+            await self.fail(live, f"{FAILED_TEXT} It reached its size limit of {self.env.settings.max_task_bytes} bytes.")
+            if live.running is not None:
+                live.running.cancel()
+            return False
         stamp_ids(live.task, event)
         before = live.record.claim
         operations = self._claim_ops(live, event) if claim_ops is None else claim_ops
@@ -192,6 +264,7 @@ class TaskWriter:
             log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
             return False
         apply_event(live.task, event, self.env.clock.now())
+        live.bytes = live.size() + event.ByteSize()
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         live.unsaved.append((turn, event))
@@ -215,18 +288,38 @@ class TaskWriter:
         if live.unsaved:
             self.env.spawn(self.store_unsaved(live))
 
-    async def store_unsaved(self, live: LiveTask) -> None:
+    async def store_unsaved(self, live: LiveTask) -> bool:
         """Save the task with what was folded into it since the last save, then publish it in order (a new task's
-        first snapshot, then the agent's events, which also go to the shared event log and to webhooks)."""
+        first snapshot, then the agent's events, which also go to the shared event log and to webhooks). False when
+        the store is down: the events are kept and a retrier stores and publishes them once it is back."""
+        unstorable = False
         async with live.store_lock:
-            await self._store_held(live)
+            if live.retrying is not None:
+                return False
+            try:
+                await self._store_held(live)
+            except StoreUnavailable:
+                self._keep_retrying(live)
+                return False
+            except Exception:
+                log.exception("the events of task %s cannot be stored; the turn ends FAILED", live.task.id)
+                unstorable = True
+        if unstorable:
+            await self._unstorable(live)
         self.table.evict_if_idle(live)
+        return True
 
     async def _store_held(self, live: LiveTask) -> None:
         if not live.unsaved:
+            if live.claim_log:
+                await self.put_record(live)
             return
         events, live.unsaved = live.unsaved, []
-        await self.save(live, len(events))
+        try:
+            await self.save(live, len(events))
+        except Exception:
+            live.unsaved[:0] = events
+            raise
         for turn, event in events:
             if isinstance(event, Task):
                 self.publish(live, turn, event)
@@ -237,3 +330,81 @@ class TaskWriter:
             self.publish(live, turn, event)
             if self.env.push is not None and not isinstance(event, Message):
                 self.env.push.notify(live.task.id, event)
+
+    def _keep_retrying(self, live: LiveTask) -> None:
+        if live.retrying is None:
+            live.retrying = self.env.spawn(self._retry(live))
+
+    async def _retry(self, live: LiveTask) -> None:
+        """Store what the store refused, with backoff, until it is back; tell the waiting callers once the grace
+        period has passed; then end the turns that ended meanwhile."""
+        loop = asyncio.get_running_loop()
+        tell_at = loop.time() + self.env.settings.store_grace
+        unstorable = False
+        try:
+            for delay in backoff():
+                await asyncio.sleep(delay)
+                async with live.store_lock:
+                    try:
+                        await self._store_held(live)
+                    except StoreUnavailable:
+                        if loop.time() >= tell_at:
+                            self._tell_store_down(live)
+                        continue
+                    except Exception:
+                        log.exception("the events of task %s cannot be stored; the turn ends FAILED", live.task.id)
+                        unstorable = True
+                    break
+        finally:
+            live.retrying = None
+        if unstorable:
+            await self._unstorable(live)
+        else:
+            log.info("store available again: task %s is stored", live.task.id)
+        for turn in live.ended_turns:
+            self.end_turn(live, turn)
+        live.ended_turns.clear()
+        self.table.evict_if_idle(live)
+
+    @staticmethod
+    def _tell_store_down(live: LiveTask) -> None:
+        """Answer every caller waiting on the task: what they wait for is not stored."""
+        for listener in live.listeners:
+            listener.queue.put_nowait(Refused(StoreUnavailable(live.task.id)))
+        live.listeners.clear()
+
+    async def _unstorable(self, live: LiveTask) -> None:
+        """Events the store cannot hold: put the task back as last stored and end its turn FAILED (a task never
+        stored is dropped, its callers told)."""
+        live.unsaved.clear()
+        live.claim_log.clear()
+        if live.running_turn is not None:
+            live.fenced.add(live.running_turn)
+        if live.durable is None:
+            self.table.live.pop(live.task.id, None)
+            self._tell_store_down(live)
+            return
+        task, record = live.durable
+        live.task, live.record, live.bytes = snapshot(task), record.copy(), None
+        for listener in live.listeners:
+            if listener.turn is not None:
+                listener.queue.put_nowait(TurnFailed(live.task.id))
+        await self.fail(live)
+
+    async def fail(self, live: LiveTask, text: str = FAILED_TEXT) -> None:
+        """End a task FAILED with the generic message (the agent raised, or what it sent cannot be stored)."""
+        if not is_terminal(live.task.status.state):
+            failed = agent_status(live.task, TaskState.TASK_STATE_FAILED, text, self.env.new_id())
+            await self.apply(live, None, status_event_for(live.task, failed))
+
+    def end_turn(self, live: LiveTask, turn: int) -> None:
+        """Tell the turn's listeners it is over; streams still open across AUTH_REQUIRED follow the task on."""
+        self.publish(live, turn, TurnEnded(snapshot(live.task)))
+        live.listeners = [
+            listener
+            for listener in live.listeners
+            if listener.turn != turn or live.task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
+        ]
+        for listener in live.listeners:
+            if listener.turn == turn:
+                listener.turn = None

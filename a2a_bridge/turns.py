@@ -15,6 +15,7 @@ An event of a turn that is not the claim's current generation in this session, o
 dropped by `TaskWriter.apply`."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from a2a.server.agent_execution import RequestContext
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import EventQueue
-from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState
+from a2a.types import Message, Part, Role, SendMessageRequest, Task
 from a2a.utils.errors import A2AError
 
 from a2a_bridge import claims, errors
@@ -37,22 +38,25 @@ from a2a_bridge.live_tasks import (
     TurnEnded,
     TurnFailed,
     Window,
-    agent_status,
     last_user_message,
     may_use,
     snapshot,
-    status_event_for,
 )
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.states import is_terminal
 from a2a_bridge.task_events import Event, add_user_input, new_task
+from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_writer import TaskWriter
 
 log = logging.getLogger(__name__)
 
-FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
 MAX_QUEUE_WAIT = 3600.0
 """The longest a queued turn waits for another replica's turn to end."""
+
+
+def too_large(limit: int) -> A2AError:
+    """-32602: the message would take its task past max_task_bytes."""
+    return errors.invalid_field("message", f"the task would hold more than max_task_bytes ({limit} bytes)")
 
 
 class BridgeRequestContext(RequestContext):
@@ -79,8 +83,12 @@ class TurnQueue(EventQueue):
         self.pending = pending
         self.execution: asyncio.Future[None] | None = None
         self.replied = False
+        self.dropped = False
+        """The first message's task could not be stored: the turn may not go on."""
 
     async def enqueue_event(self, event: Event) -> None:
+        if self.dropped:
+            raise StoreUnavailable(self.pending.task.id if self.pending else None)
         if self.live is None:
             assert self.pending is not None
             if isinstance(event, Message):
@@ -100,7 +108,11 @@ class TurnQueue(EventQueue):
     async def open(self, agent_task: Task | None = None) -> LiveTask:
         """The task of a first message, stored under its first claim."""
         assert self.pending is not None
-        return await self.writer.open(self.pending, self.turn, self.execution, agent_task)
+        try:
+            return await self.writer.open(self.pending, self.turn, self.execution, agent_task)
+        except StoreUnavailable:
+            self.dropped = True
+            raise
 
 
 class TurnRunner:
@@ -123,7 +135,10 @@ class TurnRunner:
         (`new_task_id` when the message creates a task and the caller chose its id)."""
         env = self.env
         message = request.message
+        limit = env.settings.max_task_bytes
         if not message.task_id:
+            if message.ByteSize() > limit:
+                raise too_large(limit)
             task_id = new_task_id or env.new_id()
             context_id = message.context_id or env.new_id()
             message.task_id, message.context_id = task_id, context_id
@@ -139,6 +154,8 @@ class TurnRunner:
                 raise errors.task_is_terminal(live.task)
             if live.record.claim.state == claims.NEEDS_RECONCILIATION:
                 raise errors.needs_reconciliation(live.task)
+            if live.size() + message.ByteSize() > limit:
+                raise too_large(limit)
             message.context_id = live.task.context_id
         except A2AError:
             self.table.release(live)
@@ -191,16 +208,24 @@ class TurnRunner:
                 await self._open_window(queue.live, 1, stage, seconds)
 
         ctx = BridgeRequestContext(pending.owner, request=request, task_id=task.id, context_id=task.context_id, window=window)
-        await self._register_push(task.id, request, pending.owner)
-        await self._run(queue, ctx)
-        if queue.live is None and not queue.replied:
-            queue.live = await queue.open()
-        if queue.live is not None:
-            await self.finish_turn(queue.live, queue.turn)
-            self.table.release(queue.live)
+        try:
+            await self._register_push(task.id, request, pending.owner)
+            await self._run(queue, ctx)
+            if queue.live is None and not queue.replied and not queue.dropped:
+                queue.live = await queue.open()
+            if queue.live is not None:
+                await self.finish_turn(queue.live, queue.turn)
+        except StoreUnavailable as down:
+            pending.listener.queue.put_nowait(Refused(down))
+        finally:
+            if queue.live is not None:
+                self.table.release(queue.live)
 
-    async def start_turn(self, live: LiveTask, evidence: dict[str, Any], operation: str = "resume") -> int:
-        """Claim the task for a new turn (a new generation), queued behind a turn another replica runs; returns it."""
+    async def start_turn(
+        self, live: LiveTask, evidence: dict[str, Any], operation: str = "resume", signal: str | None = None
+    ) -> int:
+        """Claim the task for a new turn (a new generation) resumed by `signal` (None for a user message), queued
+        behind a turn another replica runs; returns it once stored (StoreUnavailable, nothing changed, if not)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MAX_QUEUE_WAIT
         while True:
@@ -216,8 +241,14 @@ class TurnRunner:
             if expected.state == claims.CLAIMED:
                 await self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
             claim = await self.writer.post(live, Op(operation, session=self.env.session, local_operation_stopped=True), evidence)
-            if await self.writer.commit_at_rest(live, expected):
-                return claim.claim_generation
+            previous, live.record.signal = live.record.signal, signal
+            try:
+                if await self.writer.commit_at_rest(live, expected):
+                    return claim.claim_generation
+            except StoreUnavailable:
+                live.record.signal = previous
+                raise
+            live.record.signal = previous
             live.record.claim = expected
 
     async def _follow_up(self, live: LiveTask, request: SendMessageRequest, context: ServerCallContext, listener: Listener) -> None:
@@ -232,11 +263,18 @@ class TurnRunner:
                     error = errors.task_is_terminal(live.task) if ended else errors.claim_refused(live.task, refused)
                     listener.queue.put_nowait(Refused(error))
                     return
+                except StoreUnavailable as down:
+                    listener.queue.put_nowait(Refused(down))
+                    return
+                add_user_input(live.task, request.message, self.env.clock.now())
+                live.bytes = None
+                try:
+                    await self.writer.save(live)
+                except Exception as error:
+                    listener.queue.put_nowait(Refused(await self._put_back(live, error)))
+                    return
                 listener.turn = turn
                 live.listeners.append(listener)
-                live.record.signal = None
-                add_user_input(live.task, request.message, self.env.clock.now())
-                await self.writer.save(live)
                 self.writer.publish(live, turn, snapshot(live.task))
                 await self._register_push(live.task.id, request, context)
                 await self._run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, None))
@@ -244,32 +282,72 @@ class TurnRunner:
         finally:
             self.table.release(live)
 
-    def resume(self, task_id: str, context: ServerCallContext, signal: str) -> None:
-        """Start, in the background, a turn that is not a user message (an operator's approval)."""
-        self.env.spawn(self.resume_turn(task_id, context, signal, "resume"))
+    async def _put_back(self, live: LiveTask, error: Exception) -> A2AError:
+        """Input the store did not take: the task as last stored, its claim handed back (stored now or by the retrier
+        once the store is back); what the caller is told."""
+        if live.durable is not None:
+            live.task, live.bytes = snapshot(live.durable[0]), None
+        await self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True, "reason": "input not stored"})
+        with contextlib.suppress(StoreUnavailable):
+            await self.writer.put_record(live)
+        if isinstance(error, A2AError):
+            return error
+        log.error("the input to task %s cannot be stored: %s", live.task.id, type(error).__name__)
+        return errors.invalid_field("message", "the message cannot be stored")
+
+    async def resume(self, task_id: str, context: ServerCallContext, signal: str, evidence: dict[str, Any] | None = None) -> None:
+        """Start a turn that is not a user message (an operator's approval, a user's answer): returns once its claim is
+        stored (StoreUnavailable if the store does not take it, ClaimError if the claim refuses it); the turn runs on
+        in the background."""
+        await self.resume_turn(task_id, context, signal, "resume", evidence, background=True)
 
     async def resume_turn(
-        self, task_id: str, context: ServerCallContext, signal: str | None, operation: str, evidence: dict[str, Any] | None = None
+        self,
+        task_id: str,
+        context: ServerCallContext,
+        signal: str | None,
+        operation: str,
+        evidence: dict[str, Any] | None = None,
+        background: bool = False,
     ) -> None:
-        env = self.env
+        """Claim the task for a turn resumed by `signal`, then run it: here, or (`background`) in a job of its own, once
+        the claim is stored."""
         live = await self.table.acquire(task_id, context)
-        scope = about_task(env.agent, task_id, lambda: live.record.claim.claim_generation)
         try:
-            async with live.turn_lock:
-                try:
-                    turn = await self.start_turn(live, evidence or {"signal": signal or "continue"}, operation)
-                except ClaimError as refused:
-                    log.warning("could not resume task %s: %s", task_id, refused.detail)
-                    return
-                live.record.signal = signal
-                await self.writer.put_record(live)
-                request = SendMessageRequest(message=last_user_message(live.task) or Message(
-                    message_id=env.new_id(), role=Role.ROLE_USER, task_id=task_id,
-                    context_id=live.task.context_id, parts=[Part(text=signal or "continue")],
-                ))
-                await self._run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, signal))
-                await self.finish_turn(live, turn)
+            await live.turn_lock.acquire()
+            try:
+                turn = await self.start_turn(live, evidence or {"signal": signal or "continue"}, operation, signal)
+            except ClaimError as refused:
+                if background:
+                    raise
+                log.warning("could not resume task %s: %s", task_id, refused.detail)
+                live.turn_lock.release()
+                self.table.release(live)
+                return
+        except BaseException:
+            if live.turn_lock.locked():
+                live.turn_lock.release()
+            self.table.release(live)
+            raise
+        run = self._run_resumed(live, turn, context, signal)
+        if background:
+            self.env.spawn(run)
+        else:
+            await run
+
+    async def _run_resumed(self, live: LiveTask, turn: int, context: ServerCallContext, signal: str | None) -> None:
+        """Run a resumed turn whose claim is stored; releases the turn lock and the task."""
+        env = self.env
+        scope = about_task(env.agent, live.task.id, lambda: live.record.claim.claim_generation)
+        try:
+            request = SendMessageRequest(message=last_user_message(live.task) or Message(
+                message_id=env.new_id(), role=Role.ROLE_USER, task_id=live.task.id,
+                context_id=live.task.context_id, parts=[Part(text=signal or "continue")],
+            ))
+            await self._run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, signal))
+            await self.finish_turn(live, turn)
         finally:
+            live.turn_lock.release()
             self.table.release(live)
             left_task(scope)
 
@@ -302,8 +380,11 @@ class TurnRunner:
             if not execution.cancelled():
                 execution.cancel()
                 raise
-        except Exception:
-            log.exception("agent %s raised in turn %s", env.agent, queue.turn)
+        except Exception as error:
+            if isinstance(error, StoreUnavailable) and queue.dropped:
+                log.warning("agent %s stopped: the task of turn %s could not be stored", env.agent, queue.turn)
+            else:
+                log.exception("agent %s raised in turn %s", env.agent, queue.turn)
             await self._fail(queue)
         finally:
             timer.cancel()
@@ -334,7 +415,8 @@ class TurnRunner:
         except ClaimError as refused:
             log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
             return False
-        await self.writer.put_record(live)
+        with contextlib.suppress(StoreUnavailable):
+            await self.writer.put_record(live)
         return True
 
     async def _open_window(self, live: LiveTask, turn: int, stage: str, seconds: int) -> None:
@@ -343,34 +425,33 @@ class TurnRunner:
         await self.writer.post(
             live, Op("open_window", session=self.env.session, stage=stage, window_seconds=seconds), {"stage": stage, "seconds": seconds}
         )
-        await self.writer.put_record(live)
+        with contextlib.suppress(StoreUnavailable):
+            await self.writer.put_record(live)
 
     async def _fail(self, queue: TurnQueue) -> None:
-        if queue.live is None:
-            if queue.replied:
-                return
-            queue.live = await queue.open()
-        live = queue.live
-        await self.writer.store_unsaved(live)
-        live.fenced.add(queue.turn)
-        for listener in live.listeners:
-            if listener.turn == queue.turn:
-                listener.queue.put_nowait(TurnFailed(live.task.id))
-        if not is_terminal(live.task.status.state):
-            failed = agent_status(live.task, TaskState.TASK_STATE_FAILED, FAILED_TEXT, self.env.new_id())
-            await self.writer.apply(live, None, status_event_for(live.task, failed))
+        """The agent raised: its turn's callers are told and the task ends FAILED (kept for the store if it is down)."""
+        if queue.dropped or (queue.live is None and queue.replied):
+            return
+        try:
+            if queue.live is None:
+                queue.live = await queue.open()
+            live = queue.live
+            await self.writer.store_unsaved(live)
+            live.fenced.add(queue.turn)
+            for listener in live.listeners:
+                if listener.turn == queue.turn:
+                    listener.queue.put_nowait(TurnFailed(live.task.id))
+            await self.writer.fail(live)
+        except StoreUnavailable:
+            log.warning("agent %s: turn %s failed while the store was unavailable", self.env.agent, queue.turn)
 
     async def finish_turn(self, live: LiveTask, turn: int) -> None:
-        """Tell the turn's listeners it is over; streams still open across AUTH_REQUIRED follow the task on."""
+        """Tell the turn's listeners it is over once its events are stored (at once, or by the retrier when the store
+        is back)."""
         await self.writer.store_unsaved(live)
         if live.canceling is not None:
             await live.canceling.wait()
-        self.writer.publish(live, turn, TurnEnded(snapshot(live.task)))
-        live.listeners = [
-            listener
-            for listener in live.listeners
-            if listener.turn != turn or live.task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
-        ]
-        for listener in live.listeners:
-            if listener.turn == turn:
-                listener.turn = None
+        if live.retrying is not None:
+            live.ended_turns.append(turn)
+        else:
+            self.writer.end_turn(live, turn)
