@@ -4,7 +4,8 @@ runner, cancels, the lifecycle sweeps and the replica protocol."""
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.context import ServerCallContext
@@ -24,6 +25,10 @@ from a2a_bridge.states import is_terminal
 from a2a_bridge.sweeps import Sweeps
 from a2a_bridge.task_writer import TaskWriter
 from a2a_bridge.turns import TurnRunner
+
+STOP_GRACE = 5.0
+"""Seconds a stopping host waits for its turns to store what they folded before it cancels them."""
+
 
 class TaskHost:
     """One agent's tasks: its store and ledger, its executor, and the live tasks of this process."""
@@ -56,6 +61,7 @@ class TaskHost:
         self.cancel = self.cancels.cancel
         self.reconcile = self.sweeps.reconcile
         self.changed = self.env.changed
+        self._watchers: list[asyncio.Future[None]] = []
 
     @property
     def on_reply(self) -> ReplyHook | None:
@@ -71,17 +77,31 @@ class TaskHost:
         env.session = session
         await self.sweeps.recover_stopped()
         if self.ledger.shared:
-            env.spawn(self.replicas.watch(self.cancel, self.sweeps.recover))
+            self._watch(self.replicas.watch(self.cancel, self.sweeps.recover))
         else:
-            env.spawn(self.sweeps.sweep_leases())
+            self._watch(self.sweeps.sweep_leases())
         if env.settings.idle_lifespan is not None:
             await self.sweeps.load_idle_deadlines()
-            env.spawn(self.sweeps.sweep_idle())
+            self._watch(self.sweeps.sweep_idle())
 
-    async def stop(self) -> None:
-        for job in list(self.env.background):
-            job.cancel()
-        await asyncio.gather(*self.env.background, return_exceptions=True)
+    def _watch(self, loop: Coroutine[Any, Any, None]) -> None:
+        """Run one of the host's endless loops (sweeps, the replica watch) until it stops."""
+        self._watchers.append(asyncio.ensure_future(loop))
+
+    async def stop(self, grace: float = STOP_GRACE) -> None:
+        """Stop within `grace` seconds: the loops end, running agents are stopped (their claims stay, recovered by
+        the next process or another replica), and what their turns folded is stored if the store takes it."""
+        for watcher in self._watchers:
+            watcher.cancel()
+        for live in self.table.running().values():
+            if live.running is not None:
+                live.running.cancel()
+        jobs = set(self.env.background) | set(self._watchers)
+        if jobs:
+            _, late = await asyncio.wait(jobs, timeout=grace)
+            for job in late:
+                job.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The task as last stored, if the caller may see it (from memory while this process holds it)."""
