@@ -1,5 +1,6 @@
 """Assembles the Starlette application: each agent's card, both A2A bindings and its operator endpoints."""
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -187,9 +188,10 @@ class Bridge:
         yield
         for agent in self.agents.values():
             await agent.host.stop()
-        for agent in self.agents.values():
-            if agent.host.push is not None:
-                await agent.host.push.drain()
+        pushes = [agent.host.push.drain() for agent in self.agents.values() if agent.host.push is not None]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.security.limits.shutdown_timeout / 4):
+                await asyncio.gather(*pushes)
         await self.webhooks.aclose()
         await self.ledger.close()
         await self.stores.close()
