@@ -171,7 +171,8 @@ async def serve(args: argparse.Namespace) -> None:
 
     servers = [server(app, args.port, "auto")]
     if args.kit_ports:
-        servers += [server(bridge.kit_app(name), port, "off") for name, port in KIT_PORTS.items() if name in bridge.agents]
+        kit = [(name, port) for name, port in KIT_PORTS.items() if name in bridge.agents]
+        servers += [server(bridge.kit_app(name), port, "off") for name, port in kit]
     await asyncio.gather(*(one.serve() for one in servers))
 
 

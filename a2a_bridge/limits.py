@@ -64,8 +64,8 @@ class RequestLimits:
     """Refuses, before any route runs: a body over `max_body_bytes` (413), a body that is not UTF-8 or too deeply
     nested to parse (JSON-RPC -32700, otherwise 400), a U+0000 in the path or query and any value of the body the
     stores cannot hold (JSON-RPC -32602 naming the field, -32600 outside params, otherwise 400 naming the field),
-    and a stream past the caller's `max_streams` (429). A client that leaves while sending its body gets nothing. Leaves the body it parsed in
-    the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
+    and a stream past the caller's `max_streams` (429). A client that leaves while sending its body gets nothing.
+    Leaves the body it parsed in the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
 
     def __init__(
         self,

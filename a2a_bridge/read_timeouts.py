@@ -100,4 +100,5 @@ class ReadTimeouts(HttpToolsProtocol):
 
 def timed(header_timeout: float, body_timeout: float) -> type[ReadTimeouts]:
     """The protocol class to give uvicorn (`Config(http=...)`) with these timeouts, in seconds."""
-    return type("TimedHttpToolsProtocol", (ReadTimeouts,), {"header_timeout": header_timeout, "body_timeout": body_timeout})
+    timeouts = {"header_timeout": header_timeout, "body_timeout": body_timeout}
+    return type("TimedHttpToolsProtocol", (ReadTimeouts,), timeouts)

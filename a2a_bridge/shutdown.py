@@ -40,9 +40,8 @@ class Draining:
             nonlocal started, streaming, ended
             if message["type"] == "http.response.start":
                 started = True
-                streaming = any(
-                    name == b"content-type" and value.startswith(EVENT_STREAM) for name, value in message.get("headers", [])
-                )
+                headers = message.get("headers", [])
+                streaming = any(name == b"content-type" and value.startswith(EVENT_STREAM) for name, value in headers)
                 if streaming:
                     self.streams.add(task)
             elif message["type"] == "http.response.body" and not message.get("more_body", False):

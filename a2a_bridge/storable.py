@@ -133,10 +133,7 @@ def first_flaw(value: Any) -> Flaw | None:
         children: list[tuple[Any, str, int]] = []
         for key, member in item.items():
             child = f"{path}.{shown(key)}" if path else shown(key)
-            reason = _string_flaw(key)
-            if reason is not None:
-                return Flaw(child, reason)
-            children.append((member, child, depth + 1))
+            children += [(key, child, depth + 1), (member, child, depth + 1)]
         pending.extend(reversed(children))
     return None
 
