@@ -137,7 +137,8 @@ def test_a_follow_up_the_store_cannot_hold_is_refused_and_the_task_goes_on(serve
     valid = with_metadata('{"y": [1.5, -0.0, 9007199254740991, "é😀"]}', task_id, "commit 9f3c2e1")
     answered = post(f"{runner}/a2a/jsonrpc", rpc_body("SendMessage", f'{{"message": {valid}}}')).json()
     assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answered
-    assert answered["result"]["task"]["history"][-2]["metadata"] == {"x": {"y": [1.5, -0.0, 9007199254740991, "é😀"]}}
+    stored = {m["messageId"]: m for m in get_task(served, task_id)["history"]}[json.loads(valid)["messageId"]]
+    assert stored["metadata"] == {"x": {"y": [1.5, -0.0, 9007199254740991, "é😀"]}}
 
 
 def test_the_bridge_endpoints_refuse_what_the_store_cannot_hold(served: ServerProcess) -> None:

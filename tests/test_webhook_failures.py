@@ -1,12 +1,16 @@
 """A webhook that keeps failing is logged once per config, not once per event, and never with a traceback: a task with
-five configs at a closed port on 127.0.0.1 and one working receiver runs a turn of about ten events."""
+five configs at a closed port on 127.0.0.1 and one working receiver runs a turn of about ten events; and, on a
+stepping clock, the lines that follow come at a doubling interval."""
 
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from a2a.types import TaskPushNotificationConfig
 
+from a2a_bridge.push import FIRST_REPEAT, FailureLog
 from capture.replay import WebhookReceiver
 from tests.claim_support import UNIT_TESTS
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess, rpc, user_message, wait_for
@@ -58,3 +62,24 @@ def test_failing_webhooks_are_logged_once_per_config_without_a_traceback(tmp_pat
     assert all("failed: ConnectError" in line for line in lines), lines
     text = log.read_text()
     assert "Traceback" not in text and "push-notification" not in text and "/dead-" not in text
+
+
+def test_a_webhook_that_keeps_failing_is_logged_again_with_a_doubling_interval(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    failures = FailureLog(clock=lambda: now[0])
+    config = TaskPushNotificationConfig(id="hook-0", url="http://127.0.0.1:9/secret-path?token=s3cret")
+    caplog.set_level(logging.INFO, logger="a2a_bridge.push")
+    lines_at: list[float] = []
+    while now[0] < 1000:
+        before = len(caplog.records)
+        failures.failed("task-1", config, "ConnectError")
+        if len(caplog.records) > before:
+            lines_at.append(now[0])
+        now[0] += 1
+    assert lines_at == [0, FIRST_REPEAT, FIRST_REPEAT * 3, FIRST_REPEAT * 7, FIRST_REPEAT * 15]
+    assert "60 failures since the last line, 61 in all" in caplog.records[1].getMessage()
+    failures.delivered("task-1", config)
+    assert "delivers again after 1000 failures" in caplog.records[-1].getMessage()
+    failures.failed("task-1", config, "HTTP 500")
+    assert "failed: HTTP 500" in caplog.records[-1].getMessage()
+    assert not [r for r in caplog.records if "secret" in r.getMessage() or r.exc_info]
