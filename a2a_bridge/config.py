@@ -52,7 +52,7 @@ class Limits:
     max_task_bytes: int = 16_777_216
     """Bytes of one task's history and artifacts as stored."""
     max_push_configs: int = 16
-    """Push notification configs of one task (-32602 past it)."""
+    """Push notification configs one principal sets on one task (-32602 past it); the stores keep them per owner."""
     header_timeout: int = 10
     """Seconds a client may take to send a request's line and headers (HTTP 408 and the connection closed)."""
     body_timeout: int = 30

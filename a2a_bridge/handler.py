@@ -281,7 +281,8 @@ class BridgeRequestHandler(RequestHandler):
     async def _check_push_room(
         self, store: PushNotificationConfigStore, task_id: str, config_id: str, context: ServerCallContext
     ) -> None:
-        """A new config (an id the task does not have yet) only while the task has fewer than max_push_configs."""
+        """A new config (an id the caller's configs of the task do not have yet) only while they are fewer than
+        max_push_configs; the store keeps and lists a task's configs per owner, so each principal has its own."""
         configs = await store.get_info(task_id, context)
         limit = self.limits.max_push_configs
         if len(configs) >= limit and all(c.id != config_id for c in configs):
