@@ -287,7 +287,7 @@ class BridgeRequestHandler(RequestHandler):
         limit = self.limits.max_push_configs
         if len(configs) >= limit and all(c.id != config_id for c in configs):
             raise errors.invalid_field(
-                "taskId", f"a task may have at most {limit} push notification configs (max_push_configs)"
+                "taskId", f"a caller may set at most {limit} push notification configs on a task (max_push_configs)"
             )
 
     async def on_get_task_push_notification_config(
