@@ -42,7 +42,8 @@ class Flaw:
 
 
 class Unholdable:
-    """A number the parser met that no store can hold, kept in place of its value until the body is refused."""
+    """A number the parser met that no store can hold (NaN, ±Infinity, an integer too long for Python to read), kept
+    in place of its value until the body is refused."""
 
     __slots__ = ("reason",)
 
@@ -50,37 +51,43 @@ class Unholdable:
         self.reason = reason
 
 
+NOT_FINITE = "numbers must be finite: NaN, Infinity and a literal that overflows a double are not JSON numbers"
+TOO_LARGE = f"integers must lie within ±{MAX_SAFE_INTEGER} (2^53 - 1)"
+_NOT_FINITE = Unholdable(NOT_FINITE)
+_TOO_LARGE = Unholdable(TOO_LARGE)
+_LONGEST_SAFE = len(str(MAX_SAFE_INTEGER))
+
+
 class _Reader:
-    """`json.loads` with hooks that mark unholdable numbers, and whether the last body held any."""
+    """json.loads with hooks that mark unholdable numbers in place, and whether the last body held any. The hooks
+    cost a call per number only; strings are left to `parse`'s byte checks, which cost next to nothing."""
 
     def __init__(self) -> None:
         self.marked = False
-        self.decoder = json.JSONDecoder(
-            parse_float=self._float, parse_int=self._int, parse_constant=self._constant
-        )
+        self.decoder = json.JSONDecoder(parse_float=self._float, parse_int=self._int, parse_constant=self._constant)
 
     def read(self, text: str) -> tuple[Any, bool]:
         """The parsed value, and whether any number in it was marked."""
         self.marked = False
         return self.decoder.decode(text), self.marked
 
-    def _mark(self, reason: str) -> Unholdable:
-        self.marked = True
-        return Unholdable(reason)
-
     def _constant(self, name: str) -> Unholdable:
-        return self._mark(f"{name} is not a JSON number; numbers must be finite")
+        self.marked = True
+        return _NOT_FINITE
 
     def _float(self, text: str) -> float | Unholdable:
         value = float(text)
         if math.isinf(value):
-            return self._mark("the number overflows a double; numbers must be finite")
+            self.marked = True
+            return _NOT_FINITE
         return value
 
     def _int(self, text: str) -> int | Unholdable:
-        digits = len(text) - text.startswith("-")
-        if digits > 16 or abs(int(text)) > MAX_SAFE_INTEGER:
-            return self._mark(f"integers must lie within ±{MAX_SAFE_INTEGER} (2^53 - 1)")
+        if len(text) < _LONGEST_SAFE:
+            return int(text)
+        if len(text) - text.startswith("-") > _LONGEST_SAFE or abs(int(text)) > MAX_SAFE_INTEGER:
+            self.marked = True
+            return _TOO_LARGE
         return int(text)
 
 
@@ -90,7 +97,8 @@ _READER = _Reader()
 def parse(body: bytes) -> tuple[Any, bool, Flaw | None]:
     """The parsed body (None when it is not JSON the app could read), whether it must be refused as unreadable (not
     strict UTF-8, which json.loads would take as UTF-16 or with encoded surrogates, or nested deeper than Python's
-    parser goes), and the first value the stores cannot hold."""
+    parser goes), and the first value the stores cannot hold. The parsed value is walked only when it may hold one:
+    a marked number, an escaped U+0000 or surrogate, more brackets than MAX_DEPTH."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -101,40 +109,62 @@ def parse(body: bytes) -> tuple[Any, bool, Flaw | None]:
         return None, True, None
     except ValueError:
         return None, False, None
-    suspect = (
-        marked
-        or b"\\u0000" in body
-        or _SURROGATE_ESCAPE.search(body) is not None
-        or body.count(b"[") + body.count(b"{") > MAX_DEPTH
-    )
-    return value, False, first_flaw(value) if suspect else None
+    surrogate = (b"\\ud" in body or b"\\uD" in body) and _SURROGATE_ESCAPE.search(body) is not None
+    strings = surrogate or b"\\u0000" in body
+    if marked or strings or body.count(b"[") + body.count(b"{") > MAX_DEPTH:
+        return value, False, first_flaw(value, strings)
+    return value, False, None
 
 
-def first_flaw(value: Any) -> Flaw | None:
-    """The first value (in document order) the stores cannot hold; iterative, so any depth the parser took is
-    walked."""
-    pending: list[tuple[Any, str, int]] = [(value, "", 1)]
-    while pending:
-        item, path, depth = pending.pop()
-        if isinstance(item, Unholdable):
-            return Flaw(path, item.reason)
-        if isinstance(item, str):
-            reason = _string_flaw(item)
-            if reason is not None:
-                return Flaw(path, reason)
-            continue
-        if not isinstance(item, dict | list):
-            continue
+def first_flaw(value: Any, strings: bool = True) -> Flaw | None:
+    """The first value (in document order) the stores cannot hold; strings are looked at only when `strings`."""
+    found = _find(value, 1, _NOTHING_INSIDE if strings else _NOTHING_INSIDE | {str})
+    if found is None:
+        return None
+    segments, reason = found
+    path = ""
+    for segment in reversed(segments):
+        if isinstance(segment, int):
+            path += f"[{segment}]"
+        else:
+            path += f".{shown(segment)}" if path else shown(segment)
+    return Flaw(path, reason)
+
+
+_NOTHING_INSIDE: frozenset[type] = frozenset({int, float, bool, type(None)})
+"""Values that hold nothing to refuse (a number the reader refused is an `Unholdable` in its place)."""
+
+
+def _find(value: Any, depth: int, skipped: frozenset[type]) -> tuple[list[str | int], str] | None:
+    """The path to the first flaw, innermost segment first, and its reason; never deeper than MAX_DEPTH + 1."""
+    kind = type(value)
+    if kind is str:
+        reason = _string_flaw(value)
+        return ([], reason) if reason is not None else None
+    if kind is Unholdable:
+        return [], value.reason
+    if kind is list:
         if depth > MAX_DEPTH:
-            return Flaw(path, DEEP)
-        if isinstance(item, list):
-            pending.extend((member, f"{path}[{index}]", depth + 1) for index, member in reversed(list(enumerate(item))))
-            continue
-        children: list[tuple[Any, str, int]] = []
-        for key, member in item.items():
-            child = f"{path}.{shown(key)}" if path else shown(key)
-            children += [(key, child, depth + 1), (member, child, depth + 1)]
-        pending.extend(reversed(children))
+            return [], DEEP
+        for index, member in enumerate(value):
+            if type(member) not in skipped:
+                found = _find(member, depth + 1, skipped)
+                if found is not None:
+                    found[0].append(index)
+                    return found
+    elif kind is dict:
+        if depth > MAX_DEPTH:
+            return [], DEEP
+        keys = str not in skipped
+        for key, member in value.items():
+            key_reason = _string_flaw(key) if keys else None
+            if key_reason is not None:
+                return [key], key_reason
+            if type(member) not in skipped:
+                found = _find(member, depth + 1, skipped)
+                if found is not None:
+                    found[0].append(key)
+                    return found
     return None
 
 
