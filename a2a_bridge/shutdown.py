@@ -7,6 +7,7 @@ the server stops waiting and the process ends."""
 
 import asyncio
 import logging
+import socket
 from types import FrameType
 
 import uvicorn
@@ -87,7 +88,7 @@ class BoundedServer(uvicorn.Server):
             if server is self or not server.should_exit:
                 uvicorn.Server.handle_exit(server, sig, frame)
 
-    async def shutdown(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         ended = self.draining.begin()
         if ended:
             log.info("shutting down: ended %d open stream(s)", ended)
