@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.claim_support import FULL_SUITE, start, wait_state
-from tests.support import A2A, ServerProcess, user_message, wait_for
+from tests.support import A2A, ServerProcess, user_message
 
 SHUTDOWN_TIMEOUT = 4
 MARGIN = 1.5
