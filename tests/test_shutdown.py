@@ -1,9 +1,10 @@
 """SIGTERM ends the server within `shutdown_timeout`: open streams (JSON-RPC and HTTP+JSON subscriptions, the Task
 Status stream) end cleanly at once, a blocking request still waiting on a long turn gets 503 when the grace period
 ends, and the process is gone within the bound; after a restart on the same store the long turn's task is recovered
-and completes."""
+and completes. Webhooks waiting on a receiver that never answers do not hold the shutdown past the bound either."""
 
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.claim_support import FULL_SUITE, start, wait_state
-from tests.support import A2A, ServerProcess, user_message
+from tests.claim_support import FULL_SUITE, UNIT_TESTS, start, wait_state
+from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, user_message
 
 SHUTDOWN_TIMEOUT = 4
 MARGIN = 1.5
@@ -88,3 +89,30 @@ def test_sigterm_ends_open_streams_and_the_process_in_bound_and_the_task_recover
         assert httpx.get(f"{runner}/tasks/{task_id}/status", timeout=10).json()["status"]["phase"] == "terminal"
     finally:
         server.stop()
+
+
+def test_sigterm_is_bounded_while_webhooks_wait_on_a_receiver_that_never_answers(tmp_path: Path) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        hook = f"http://127.0.0.1:{silent.getsockname()[1]}/never"
+        extra = [*LOOPBACK_WEBHOOKS, "--limit", f"shutdown_timeout={SHUTDOWN_TIMEOUT}"]
+        server = ServerProcess("memory", pace=0.02, extra=extra, log=tmp_path / "server.log").start()
+        runner = server.agent("test-runner")
+        try:
+            asked = rpc(runner, "SendMessage", {"message": user_message("Run the unit tests", "hang-ask")})
+            task_id = asked["result"]["task"]["id"]
+            assert "result" in rpc(runner, "CreateTaskPushNotificationConfig", {"taskId": task_id, "url": hook})
+            follow_up = user_message(UNIT_TESTS, "hang-follow-up", taskId=task_id)
+            assert rpc(runner, "SendMessage", {"message": follow_up})["result"]["task"]["status"]["state"] == (
+                "TASK_STATE_COMPLETED"
+            )
+            assert server.proc is not None
+            signalled = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            server.proc.wait(SHUTDOWN_TIMEOUT + 10)
+            took = time.monotonic() - signalled
+            server.proc = None
+        finally:
+            server.stop()
+    assert took <= SHUTDOWN_TIMEOUT + MARGIN, f"SIGTERM took {took:.1f} s with webhooks of about ten events waiting"
