@@ -195,9 +195,10 @@ class Bridge:
         watch.cancel()
         for agent in self.agents.values():
             await agent.host.stop()
-        for agent in self.agents.values():
-            if agent.host.push is not None:
-                await agent.host.push.drain()
+        pushes = [agent.host.push.drain() for agent in self.agents.values() if agent.host.push is not None]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.security.limits.shutdown_timeout / 4):
+                await asyncio.gather(*pushes)
         await self.webhooks.aclose()
         await self.ledger.close()
         await self.stores.close()

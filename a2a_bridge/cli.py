@@ -10,14 +10,26 @@ import uuid
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from a2a_bridge import observability, operator_cli, planner, remote
 from a2a_bridge.app import Bridge
 from a2a_bridge.auth import RESERVED_NAMES, Principal
 from a2a_bridge.clock import SystemClock
-from a2a_bridge.config import ENV_OPERATOR_TOKEN, ConfigError, SecurityConfig, check_delegates, load, parse_network
+from a2a_bridge.config import (
+    ENV_OPERATOR_TOKEN,
+    ConfigError,
+    SecurityConfig,
+    check_delegates,
+    limits_from,
+    load,
+    parse_network,
+)
+from a2a_bridge.read_timeouts import timed
+from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import MAX_TASK_BYTES, HostSettings
 from capture import recorder, replay
@@ -35,6 +47,14 @@ def user_token(text: str) -> tuple[str, Principal]:
     if name in RESERVED_NAMES:
         raise argparse.ArgumentTypeError(f"{name!r} is reserved for anonymous callers")
     return token, Principal(name)
+
+
+def limit_setting(text: str) -> tuple[str, str]:
+    """`NAME=N`: a limit of docs/security.md and its value, checked with the file's and environment's."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError("expected NAME=N")
+    return name.strip(), value.strip()
 
 
 def webhook_network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":
@@ -57,7 +77,10 @@ def security(args: argparse.Namespace) -> SecurityConfig:
     if operator:
         principals[operator] = Principal("operator", kind="operator")
     config = replace(
-        config, principals=principals, webhook_networks=(*config.webhook_networks, *args.allow_webhook_network)
+        config,
+        principals=principals,
+        webhook_networks=(*config.webhook_networks, *args.allow_webhook_network),
+        limits=limits_from(dict(args.limit), config.limits, "--limit"),
     )
     check_delegates(config)
     return config
@@ -94,6 +117,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--allow-webhook-network", action="append", default=[], type=webhook_network, metavar="CIDR",
         help="let webhooks reach this non-public network, e.g. 127.0.0.1/32 (repeatable)",
+    )
+    serve.add_argument(
+        "--limit", action="append", default=[], type=limit_setting, metavar="NAME=N",
+        help="set a limit or timeout of docs/security.md, e.g. max_message_bytes=65536 or shutdown_timeout=5 (repeatable)",
     )
     serve.add_argument(
         "--user-token", action="append", default=[], type=user_token, metavar="TOKEN=NAME",
@@ -134,15 +161,24 @@ async def serve(args: argparse.Namespace) -> None:
     )
     app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()
+    limits = args.security.limits
+    protocol = timed(limits.header_timeout, limits.body_timeout)
     logs = observability.uvicorn_logging(args)
-    configs = [uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, **logs)]
+    group: list[BoundedServer] = []
+
+    def server(served: ASGIApp, port: int, lifespan: Literal["auto", "off"]) -> BoundedServer:
+        """One address's uvicorn server: read timeouts, and a bounded shutdown shared with the other addresses."""
+        draining = Draining(served)
+        config = uvicorn.Config(
+            draining, host=args.host, port=port, log_level=args.log_level, lifespan=lifespan, http=protocol, **logs
+        )
+        return BoundedServer(config, draining, limits.shutdown_timeout, group)
+
+    servers = [server(app, args.port, "auto")]
     if args.kit_ports:
-        configs += [
-            uvicorn.Config(bridge.kit_app(name), host=args.host, port=port, log_level=args.log_level, lifespan="off", **logs)
-            for name, port in KIT_PORTS.items()
-            if name in bridge.agents
-        ]
-    await asyncio.gather(*(uvicorn.Server(config).serve() for config in configs))
+        kit = [(name, port) for name, port in KIT_PORTS.items() if name in bridge.agents]
+        servers += [server(bridge.kit_app(name), port, "off") for name, port in kit]
+    await asyncio.gather(*(one.serve() for one in servers))
 
 
 GC_THRESHOLDS = (10_000, 10, 10)

@@ -33,7 +33,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may carry and one principal may hold open."""
+    """What one request may carry, one task and one principal may hold, and how long a client may take to send a
+    request and a shutdown to end (seconds)."""
 
     max_body_bytes: int = 1_048_576
     """Bytes of a request body, on every path of every agent (HTTP 413 past it)."""
@@ -46,6 +47,18 @@ class Limits:
     max_streams: int = 32
     """Streams one principal holds open at once, across agents: SendStreamingMessage, SubscribeToTask and the status
     stream (HTTP 429 past it). Every anonymous caller is one principal."""
+    max_message_bytes: int = 1_048_576
+    """Bytes of one message sent to an agent, its protobuf encoding (-32602 on message, HTTP+JSON 400)."""
+    max_task_bytes: int = 16_777_216
+    """Bytes of one task's history and artifacts as stored."""
+    max_push_configs: int = 16
+    """Push notification configs one principal sets on one task (-32602 past it); the stores keep them per owner."""
+    header_timeout: int = 10
+    """Seconds a client may take to send a request's line and headers (HTTP 408 and the connection closed)."""
+    body_timeout: int = 30
+    """Seconds a client may take to send a request's body once its headers arrived (HTTP 408, connection closed)."""
+    shutdown_timeout: int = 10
+    """Seconds from SIGTERM to the end of the process: open streams end at once, requests in flight get half."""
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class Console:
     @staticmethod
     def _limit(request: Request) -> int | Response:
         text = request.query_params.get("limit", str(DEFAULT_LIMIT))
-        if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        if not (text.isascii() and text.isdigit() and len(text) <= 3) or not 1 <= int(text) <= MAX_LIMIT:
             return problem(400, "INVALID_ARGUMENT", f"limit must be a whole number from 1 to {MAX_LIMIT}")
         return int(text)
 

@@ -1,5 +1,6 @@
 """The bridge's A2A request handler: the SDK's RequestHandler interface over a TaskHost."""
 
+import asyncio
 import re
 from collections.abc import AsyncGenerator, Callable
 
@@ -85,6 +86,8 @@ class BridgeRequestHandler(RequestHandler):
         self.extended_card = extended_card
         self.interfaces = interfaces
         self.host = host
+        self._push_configs_added = asyncio.Lock()
+        """Held from counting a task's push configs to adding one, so that the count holds."""
         self.send = Retries(host).send if retries else host.send
         """Starts a message's turn: through the retry guard unless the agent turns retries off."""
 
@@ -114,6 +117,12 @@ class BridgeRequestHandler(RequestHandler):
             media_type = part_media_type(part)
             if media_type not in self.card.default_input_modes:
                 raise errors.content_type_not_supported(media_type)
+        size = message.ByteSize()
+        if size > self.limits.max_message_bytes:
+            raise errors.invalid_field(
+                "message", f"a message may hold at most {self.limits.max_message_bytes} bytes (max_message_bytes), "
+                f"this one {size}",
+            )
         wants_push = params.configuration.HasField("task_push_notification_config")
         if wants_push and not self.card.capabilities.push_notifications:
             raise errors.push_not_supported()
@@ -160,6 +169,8 @@ class BridgeRequestHandler(RequestHandler):
         if params.configuration.HasField("task_push_notification_config"):
             config = params.configuration.task_push_notification_config
             await self._check_webhook(config, "configuration.taskPushNotificationConfig.")
+            if params.message.task_id and self.host.push_store is not None:
+                await self._check_push_room(self.host.push_store, params.message.task_id, config.id, context)
         if not params.message.task_id:
             person = await responsible_user(params.message, context, self.host.ledger)
             if person is not None:
@@ -255,8 +266,22 @@ class BridgeRequestHandler(RequestHandler):
         config.tenant = ""
         if not config.id:
             config.id = self.host.new_id()
-        await store.set_info(params.task_id, config, context)
+        async with self._push_configs_added:
+            await self._check_push_room(store, params.task_id, config.id, context)
+            await store.set_info(params.task_id, config, context)
         return config
+
+    async def _check_push_room(
+        self, store: PushNotificationConfigStore, task_id: str, config_id: str, context: ServerCallContext
+    ) -> None:
+        """A new config (an id the caller's configs of the task do not have yet) only while they are fewer than
+        max_push_configs; the store keeps and lists a task's configs per owner, so each principal has its own."""
+        configs = await store.get_info(task_id, context)
+        limit = self.limits.max_push_configs
+        if len(configs) >= limit and all(c.id != config_id for c in configs):
+            raise errors.invalid_field(
+                "taskId", f"a caller may set at most {limit} push notification configs on a task (max_push_configs)"
+            )
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext

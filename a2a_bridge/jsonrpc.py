@@ -13,6 +13,8 @@ from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, Invali
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from a2a_bridge import refusal_logs
+
 log = logging.getLogger(__name__)
 
 GENERIC_MESSAGES: dict[type, str] = {
@@ -39,7 +41,12 @@ def sanitized(error: Exception | JSONRPCError | A2AError) -> Exception | JSONRPC
 
 
 class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
-    """Fixes one SDK defect in one place: JSON-RPC errors that carried the parser's or an exception's text."""
+    """Fixes one SDK defect in one place: JSON-RPC errors that carried the parser's or an exception's text; and logs
+    one line, without a traceback, for each request refused as the client's error (`a2a_bridge.refusal_logs`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        refusal_logs.install()
 
     def _generate_error_response(
         self, request_id: str | int | None, error: Exception | JSONRPCError | A2AError

@@ -1,26 +1,35 @@
 """Request limits in front of an agent's routes: the body's size, its JSON (valid UTF-8, not nested past what a
-parser can read), and the streams each principal holds open. What a caller gets past each is in docs/security.md."""
+parser can read, nothing the stores cannot hold: `a2a_bridge.storable`), and the streams each principal holds open.
+What a caller gets past each is in docs/security.md."""
 
-import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from a2a.server.jsonrpc_models import JSONParseError
 from a2a.server.request_handlers.response_helpers import build_error_response
-from a2a.utils.errors import InvalidParamsError, InvalidRequestError
+from a2a.utils.error_handlers import build_rest_error_payload
+from a2a.utils.errors import A2AError, InvalidRequestError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from a2a_bridge import errors
 from a2a_bridge.auth import route_path
 from a2a_bridge.config import Limits
+from a2a_bridge.storable import NUL, Flaw, parse
+
+log = logging.getLogger(__name__)
 
 STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 STREAM_SUFFIXES = ("/message:stream", ":subscribe", "/status/stream")
 """REST and bridge paths whose answer is a stream."""
 INVALID_JSON = "Invalid JSON payload"
-NUL_REFUSED = "strings must not contain U+0000 (NUL), which the stores cannot hold"
 PARSED_BODY = "a2a_bridge.parsed_body"
 """The scope key under which `RequestLimits` leaves the body it parsed (None when empty or not JSON) for the app."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body arrived whole."""
 
 
 class StreamSlots:
@@ -46,39 +55,6 @@ class StreamSlots:
             self._open.pop(who, None)
 
 
-def read_json(body: bytes) -> tuple[Any, bool]:
-    """The parsed body (None when it is not JSON the app could read), and whether it must be refused as unreadable:
-    not strict UTF-8 (json.loads would take UTF-16 or encoded surrogates, which protobuf's parser then fails on with a
-    500), or nested deeper than Python's parser goes."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, True
-    try:
-        return json.loads(text), False
-    except RecursionError:
-        return None, True
-    except ValueError:
-        return None, False
-
-
-def holds_nul(value: Any) -> bool:
-    """Whether any string in a parsed JSON value (keys included) holds U+0000; iterative, so any depth json.loads
-    accepted is walked."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
-
-
 def nul_in_target(scope: Scope) -> bool:
     """Whether the request's path or query names U+0000 (as %00 or decoded)."""
     return "\x00" in str(scope["path"]) or b"%00" in bytes(scope.get("query_string", b""))
@@ -86,9 +62,10 @@ def nul_in_target(scope: Scope) -> bool:
 
 class RequestLimits:
     """Refuses, before any route runs: a body over `max_body_bytes` (413), a body that is not UTF-8 or too deeply
-    nested to parse (JSON-RPC -32700, otherwise 400), a U+0000 in the path, query or any string of the body
-    (JSON-RPC -32602, otherwise 400), and a stream past the caller's `max_streams` (429). Leaves the body it parsed in
-    the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
+    nested to parse (JSON-RPC -32700, otherwise 400), a U+0000 in the path or query and any value of the body the
+    stores cannot hold (JSON-RPC -32602 naming the field, -32600 outside params, otherwise 400 naming the field),
+    and a stream past the caller's `max_streams` (429). A client that leaves while sending its body gets nothing.
+    Leaves the body it parsed in the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
 
     def __init__(
         self,
@@ -110,18 +87,24 @@ class RequestLimits:
             return
         path = route_path(scope)
         rpc = path.rstrip("/").endswith(self.jsonrpc_path)
-        body = await self._read(scope, receive)
+        try:
+            body = await self._read(scope, receive)
+        except ClientGone:
+            return
         if body is None:
             await self._refuse(scope, receive, send, rpc, 413, "Request body too large", "max_body_bytes")
             return
         parsed: Any = None
+        flaw: Flaw | None = None
         if body:
-            parsed, unreadable = read_json(body)
+            parsed, unreadable, flaw = parse(body)
             if unreadable:
                 await self._unreadable(scope, receive, send, rpc)
                 return
-        if nul_in_target(scope) or (b"\\u0000" in body and holds_nul(parsed)):
-            await self._nul(scope, receive, send, rpc, parsed)
+        if nul_in_target(scope):
+            flaw = Flaw("", NUL)
+        if flaw is not None:
+            await self._unholdable(scope, receive, send, rpc, parsed, flaw)
             return
         method = parsed.get("method") if rpc and isinstance(parsed, dict) else None
         streaming = path.endswith(STREAM_SUFFIXES) or (isinstance(method, str) and method in STREAM_METHODS)
@@ -155,7 +138,7 @@ class RequestLimits:
         while more:
             message = await receive()
             if message["type"] != "http.request":
-                break
+                raise ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
@@ -183,15 +166,26 @@ class RequestLimits:
         await response(scope, receive, send)
 
 
-    async def _nul(self, scope: Scope, receive: Receive, send: Send, rpc: bool, parsed: Any) -> None:
-        if rpc:
-            rpc_id = parsed.get("id") if isinstance(parsed, dict) else None
-            error = InvalidParamsError("Invalid parameters", data={"errors": [{"field": "", "message": NUL_REFUSED}]})
-            valid_id = rpc_id if isinstance(rpc_id, str | int) and not isinstance(rpc_id, bool) else None
-            response = JSONResponse(build_error_response(valid_id, error))
+    async def _unholdable(
+        self, scope: Scope, receive: Receive, send: Send, rpc: bool, parsed: Any, flaw: Flaw
+    ) -> None:
+        """A body (or target) holding what the stores cannot hold: JSON-RPC -32602 naming the field under params
+        (-32600 for the envelope, with a null id when the id is the flaw), otherwise 400 naming the field."""
+        log.warning("refused a request: %s at %s", flaw.reason, flaw.path or "(the request)")
+        if not rpc:
+            payload = build_rest_error_payload(errors.invalid_field(flaw.path, flaw.reason))
+            await JSONResponse(payload, 400)(scope, receive, send)
+            return
+        in_params = flaw.under("params")
+        rpc_id = parsed.get("id") if isinstance(parsed, dict) and flaw.under("id") is None else None
+        valid_id = rpc_id if isinstance(rpc_id, str | int) and not isinstance(rpc_id, bool) else None
+        if in_params is not None:
+            error: A2AError = errors.invalid_field(in_params, flaw.reason)
         else:
-            response = JSONResponse({"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": NUL_REFUSED}}, 400)
-        await response(scope, receive, send)
+            error = InvalidRequestError(
+                "Request payload validation error", data={"field": flaw.path, "reason": flaw.reason}
+            )
+        await JSONResponse(build_error_response(valid_id, error))(scope, receive, send)
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:

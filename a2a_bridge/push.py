@@ -1,18 +1,24 @@
-"""Push notifications: the SDK's sender, delivering each task's updates in order as application/a2a+json, only to
-addresses the webhook policy allows."""
+"""Push notifications: each task's updates delivered in order as application/a2a+json, only to addresses the webhook
+policy allows, a failing webhook logged once and then with backoff."""
 
 import asyncio
 import ipaddress
 import logging
 import socket
+import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import httpcore
 import httpx
-from a2a.server.tasks import BasePushNotificationSender, PushNotificationConfigStore
-from a2a.types import TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from a2a.server.tasks import PushNotificationConfigStore
+from a2a.server.tasks.push_notification_sender import PushNotificationEvent, PushNotificationSender
+from a2a.types import TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskStatusUpdateEvent
+from a2a.utils.proto_utils import to_stream_response
+from google.protobuf.json_format import MessageToDict
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +97,6 @@ class WebhookPolicy:
             return "url must resolve to public addresses only (loopback, private and link-local are refused)"
         return None
 
-    async def accepts(self, url: str) -> bool:
-        """The SDK sender's push_url_validator: checked again at every delivery, as DNS answers may change."""
-        reason = await self.refusal(url)
-        if reason is not None:
-            log.warning("webhook not sent: %s", reason)
-        return reason is None
-
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """Connects only to addresses the policy allows, resolving each host once and connecting to what it checked, so
@@ -155,10 +154,129 @@ def webhook_client(policy: WebhookPolicy | None = None, timeout: float = 10.0) -
     )
 
 
+FIRST_REPEAT = 60.0
+"""Seconds after a webhook's first failure before a failing webhook is logged again; the interval doubles."""
+MAX_REPEAT = 3600.0
+MAX_FAILING = 10_000
+"""Failing webhooks remembered at once; the oldest is forgotten past it (and logged again if it fails again)."""
+
+
+@dataclass
+class Failing:
+    """A webhook that failed and has not delivered since."""
+
+    failures: int
+    unlogged: int
+    next_line: float
+    interval: float
+
+
+class FailureLog:
+    """Log lines of failing webhooks, per task and config: one at the first failure, then at most one per interval
+    (FIRST_REPEAT, doubling up to MAX_REPEAT) counting the failures since, and one when the webhook delivers again;
+    never a traceback."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.failing: OrderedDict[tuple[str, str], Failing] = OrderedDict()
+
+    def failed(self, task_id: str, config: TaskPushNotificationConfig, reason: str) -> None:
+        key = (task_id, config.id)
+        now = self.clock()
+        known = self.failing.get(key)
+        if known is None:
+            if len(self.failing) >= MAX_FAILING:
+                self.failing.popitem(last=False)
+            self.failing[key] = Failing(1, 0, now + FIRST_REPEAT, FIRST_REPEAT)
+            log.warning(
+                "webhook %s of task %s to %s failed: %s (logged again at most every %g s while it fails)",
+                config.id, task_id, shown_host(config.url), reason, FIRST_REPEAT,
+            )
+            return
+        known.failures += 1
+        known.unlogged += 1
+        if now >= known.next_line:
+            log.warning(
+                "webhook %s of task %s to %s still failing: %d failures since the last line, %d in all; last: %s",
+                config.id, task_id, shown_host(config.url), known.unlogged, known.failures, reason,
+            )
+            known.unlogged = 0
+            known.interval = min(known.interval * 2, MAX_REPEAT)
+            known.next_line = now + known.interval
+
+    def delivered(self, task_id: str, config: TaskPushNotificationConfig) -> None:
+        known = self.failing.pop((task_id, config.id), None)
+        if known is not None:
+            log.info("webhook %s of task %s delivers again after %d failures", config.id, task_id, known.failures)
+
+
+def shown_host(url: str) -> str:
+    """Where a webhook goes, as a log line shows it: host and port, never the path or query (they may hold a
+    secret)."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        return f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
+    except ValueError:
+        return "an invalid URL"
+
+
+class WebhookSender(PushNotificationSender):
+    """Sends each event to every push config of its task, as the SDK's `BasePushNotificationSender` does: `POST` of
+    the event's `StreamResponse` JSON, the config's `token` as `X-A2A-Notification-Token` and its `authentication` as
+    `Authorization: {scheme} {credentials}`; the policy checks each URL at delivery; failures go to a `FailureLog`
+    (the SDK logs a traceback per config and event)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        store: PushNotificationConfigStore,
+        policy: WebhookPolicy,
+        failures: FailureLog | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.policy = policy
+        self.failures = failures or FailureLog()
+
+    async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
+        try:
+            configs = await self.store.get_info_for_dispatch(task_id)
+        except Exception as e:  # best effort, as the SDK's: the task goes on without its webhooks
+            log.warning("webhooks of task %s not sent: their configs could not be read (%s)", task_id, type(e).__name__)
+            return
+        if configs:
+            body = MessageToDict(to_stream_response(event))
+            await asyncio.gather(*(self._deliver(task_id, config, body) for config in configs))
+
+    async def _deliver(self, task_id: str, config: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
+        reason = await self.policy.refusal(config.url)
+        if reason is None:
+            reason = await self._post(config, body)
+        if reason is None:
+            self.failures.delivered(task_id, config)
+        else:
+            self.failures.failed(task_id, config, reason)
+
+    async def _post(self, config: TaskPushNotificationConfig, body: dict[str, Any]) -> str | None:
+        """None once the receiver answered 2xx or 3xx; else why not."""
+        headers: dict[str, str] = {}
+        if config.token:
+            headers["X-A2A-Notification-Token"] = config.token
+        if config.HasField("authentication") and config.authentication.scheme and config.authentication.credentials:
+            headers["Authorization"] = f"{config.authentication.scheme} {config.authentication.credentials}"
+        try:
+            response = await self.client.post(config.url, json=body, headers=headers)
+        except Exception as e:  # any failure to deliver is the webhook's, logged by the FailureLog
+            return f"{type(e).__name__}"
+        if response.status_code >= 400:
+            return f"HTTP {response.status_code}"
+        return None
+
+
 class PushDispatcher:
     """Queues each task's updates and delivers them one after another, off the request path."""
 
-    def __init__(self, sender: BasePushNotificationSender) -> None:
+    def __init__(self, sender: PushNotificationSender) -> None:
         self._sender = sender
         self._queues: dict[str, asyncio.Queue[Update]] = {}
         self._workers: set[asyncio.Task[None]] = set()
@@ -167,9 +285,8 @@ class PushDispatcher:
     def over(
         cls, client: httpx.AsyncClient, store: PushNotificationConfigStore, policy: WebhookPolicy | None = None
     ) -> "PushDispatcher":
-        """The SDK's sender, which sends a config's `authentication` as `Authorization: {scheme} {credentials}` and its
-        token as `X-A2A-Notification-Token` (a2a-python#585), with the policy checking each URL again at delivery."""
-        return cls(BasePushNotificationSender(client, store, push_url_validator=(policy or WebhookPolicy()).accepts))
+        """The bridge's `WebhookSender`, with the policy checking each URL again at delivery."""
+        return cls(WebhookSender(client, store, policy or WebhookPolicy()))
 
     def notify(self, task_id: str, event: Update) -> None:
         queue = self._queues.get(task_id)

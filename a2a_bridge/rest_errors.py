@@ -7,6 +7,7 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from a2a_bridge import refusal_logs
 from a2a_bridge.auth import route_path
 
 INTERNAL = "Internal error"
@@ -50,11 +51,13 @@ def cleaned(payload: Any, status: int) -> dict[str, Any]:
 
 
 class RestErrorText:
-    """Rewrites the HTTP+JSON binding's error bodies (status 400 and up, JSON) through `cleaned`."""
+    """Rewrites the HTTP+JSON binding's error bodies (status 400 and up, JSON) through `cleaned`; the SDK's log line
+    of each refusal stays one line (`a2a_bridge.refusal_logs`)."""
 
     def __init__(self, app: ASGIApp, binding_path: str) -> None:
         self.app = app
         self.binding_path = binding_path
+        refusal_logs.install()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or f"{self.binding_path}/" not in route_path(scope):

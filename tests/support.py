@@ -57,13 +57,20 @@ class ServerProcess:
     """One `a2a-bridge serve` process; restartable on the same store and port."""
 
     def __init__(
-        self, store: str, pace: float = 0.2, extra: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        store: str,
+        pace: float = 0.2,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
     ) -> None:
         self.store = store
         self.pace = pace
         self.extra = extra or []
         self.env = env or {}
         """Environment variables set for the server beside this process's own."""
+        self.log = log
+        """A file the server's stdout and stderr are appended to (else they go to this process's)."""
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -77,7 +84,12 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         cmd = [sys.executable, "-m", "a2a_bridge", "serve", "--port", str(self.port), "--store", self.store,
                "--pace", str(self.pace), "--log-level", "warning", *self.extra]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        if self.log is None:
+            self.proc = subprocess.Popen(cmd, env=env)
+        else:
+            with self.log.open("ab") as output:
+                self.proc = subprocess.Popen(cmd, env=env, stdout=output, stderr=output)
         wait_for(self._up, timeout=30, what="server start")
         return self
 
