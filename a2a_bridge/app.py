@@ -173,7 +173,11 @@ class Bridge:
                 push,
                 clock,
                 new_id,
-                replace(base, repeat_safe=getattr(spec.executor, "repeat_safe", True)),
+                replace(
+                    base,
+                    repeat_safe=getattr(spec.executor, "repeat_safe", True),
+                    max_task_bytes=self.security.limits.max_task_bytes,
+                ),
             )
             handler = BridgeRequestHandler(
                 spec.card, host, spec.extended_card, interfaces, spec.retries, self.security.limits, policy

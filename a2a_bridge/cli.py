@@ -31,7 +31,7 @@ from a2a_bridge.config import (
 from a2a_bridge.read_timeouts import timed
 from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.host_env import MAX_TASK_BYTES, HostSettings
+from a2a_bridge.host_env import HostSettings
 from capture import recorder, replay
 
 DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"
@@ -101,10 +101,6 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
     serve.add_argument("--idle-lifespan", type=float, help="seconds an idle task waits for input before it is closed")
     serve.add_argument(
-        "--max-task-bytes", type=int, default=MAX_TASK_BYTES,
-        help="the most one task may hold (history, artifacts, metadata), in bytes; default %(default)s",
-    )
-    serve.add_argument(
         "--operator-token",
         help=f"bearer token of the operator principal (default ${ENV_OPERATOR_TOKEN}, else {DEMO_OPERATOR_TOKEN} unless"
         " --require-auth)",
@@ -146,7 +142,6 @@ async def serve(args: argparse.Namespace) -> None:
     settings = HostSettings(
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
-        max_task_bytes=args.max_task_bytes,
     )
     remotes = remote.from_args(args)
     names = args.agents or ([] if remotes.agents else SAMPLE_AGENTS)

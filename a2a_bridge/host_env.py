@@ -13,12 +13,10 @@ from a2a.types import Message
 
 from a2a_bridge import claims
 from a2a_bridge.clock import Clock
+from a2a_bridge.config import Limits
 from a2a_bridge.ledger import Ledger
 from a2a_bridge.push import PushDispatcher
 from a2a_bridge.store_faults import STORE_GRACE
-
-MAX_TASK_BYTES = 16 * 1024 * 1024
-"""The default size limit of one task: 16 MiB."""
 
 ReplyHook = Callable[[str, str, Message], Coroutine[Any, Any, None]]
 """Called with (owner, messageId, reply) when an agent answers a message directly, before the caller sees it."""
@@ -33,7 +31,7 @@ class HostSettings:
     repeat_safe: bool = True
     store_grace: float = STORE_GRACE
     """Seconds a caller waits for a write the store refuses before it is told the store is unavailable."""
-    max_task_bytes: int = MAX_TASK_BYTES
+    max_task_bytes: int = Limits.max_task_bytes
     """The most a task's history, artifacts and metadata may hold, in bytes of its stored form."""
 
 

@@ -14,7 +14,8 @@ import pytest
 from a2a_bridge.cli import parser, security
 from a2a_bridge.config import Limits, load
 from tests.security_support import ALICE, message, write_config
-from tests.support import A2A, ServerProcess, rpc
+from tests.claim_support import DEPLOYER
+from tests.support import A2A, ServerProcess, rpc, user_message
 
 LIMITS = "\n[limits]\nmax_message_bytes = 2048\nmax_push_configs = 2\n"
 HOOK = "http://127.0.0.1:9/hook"
@@ -112,3 +113,24 @@ def test_a_bad_limit_on_the_command_line_stops_serve_naming_it(value: str, named
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2 and named in proc.stderr, proc.stderr
+
+
+def test_a_follow_up_past_max_task_bytes_is_refused_and_the_task_goes_on(tmp_path: Path) -> None:
+    server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=0.05, extra=["--limit", "max_task_bytes=60000"]).start()
+    try:
+        deployer = server.agent("deployer")
+        parked = rpc(deployer, "SendMessage", {"message": user_message("Deploy something", "size-0")}, headers=DEPLOYER)
+        task_id = parked["result"]["task"]["id"]
+        replies = [
+            rpc(deployer, "SendMessage", {"message": user_message("z" * 20_000, f"size-{n}", taskId=task_id)}, headers=DEPLOYER)
+            for n in range(1, 5)
+        ]
+        assert ["result" in reply for reply in replies] == [True, True, False, False]
+        field, text = violation(replies[2]["error"])
+        assert field == "message" and "max_task_bytes" in text and "60000" in text
+        task = rpc(deployer, "GetTask", {"id": task_id}, headers=DEPLOYER)["result"]
+        assert [m["messageId"] for m in task["history"] if m["role"] == "ROLE_USER"] == ["size-0", "size-1", "size-2"]
+        canceled = rpc(deployer, "CancelTask", {"id": task_id}, headers=DEPLOYER)["result"]
+        assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    finally:
+        server.stop()
