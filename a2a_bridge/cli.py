@@ -15,7 +15,7 @@ from typing import Literal
 import uvicorn
 from starlette.types import ASGIApp
 
-from a2a_bridge import observability, operator_cli, planner, remote
+from a2a_bridge import observability, operator_cli, planner, remote_config
 from a2a_bridge.app import Bridge
 from a2a_bridge.auth import RESERVED_NAMES, Principal
 from a2a_bridge.clock import SystemClock
@@ -128,7 +128,7 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="info")
     observability.register(serve)
-    remote.add_options(serve)
+    remote_config.add_options(serve)
     replay.register(commands)
     recorder.register(commands)
     planner.register(commands)
@@ -143,7 +143,7 @@ async def serve(args: argparse.Namespace) -> None:
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
     )
-    remotes = remote.from_args(args)
+    remotes = remote_config.from_args(args)
     names = args.agents or ([] if remotes.agents else SAMPLE_AGENTS)
     local = served_agents(names, args.pace, deploy_ledger=args.deploy_ledger)
     bridge = Bridge(

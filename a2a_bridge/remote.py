@@ -6,22 +6,16 @@ The link to the remote task (the remote URL, the remote task and context ids) is
 task id and the caller's messageId, so a turn that runs again (recovery after a crash, a retry) finds its message in
 the remote task's history and follows that task instead of sending it again. docs/remote.md has the whole contract."""
 
-import argparse
 import asyncio
 import contextlib
-import os
 import re
-import tomllib
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 import httpx
 from a2a.client import (
-    A2ACardResolver,
     A2AClientError,
     A2AClientTimeoutError,
     Client,
@@ -29,12 +23,10 @@ from a2a.client import (
     ClientConfig,
     ClientFactory,
 )
-from a2a.client.errors import AgentCardResolutionError
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import (
     AgentCard,
-    AgentExtension,
     Artifact,
     CancelTaskRequest,
     GetTaskRequest,
@@ -50,14 +42,11 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
+from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
-from a2a_bridge.app import AgentSpec
-from a2a_bridge.config import ENV_CONFIG
 from a2a_bridge.states import UnknownStateError, is_interrupted, is_terminal, row_for
-from agents.base import who_must_act_extension
 
 REMOTE_EXTENSION = "urn:a2a-bridge:ext:remote:v1"
 """Our task's metadata key for its remote task: {url, taskId, contextId}."""
@@ -480,135 +469,3 @@ class RemoteAgent(AgentExecutor):
                     return await client.get_task(GetTaskRequest(id=link.task_id), context=call)
             except (A2AError, httpx.HTTPError, ParseError, ValueError) as error:
                 await patience.wait(classify(error, self.timeout))
-
-
-def front_card(remote: AgentCard) -> AgentCard:
-    """The remote card as we serve it: our interfaces (added per request), our extensions, no signatures, no extended
-    card and no security of its own (the front serves anonymous callers; it sends no credentials onward)."""
-    card = AgentCard()
-    card.CopyFrom(remote)
-    del card.supported_interfaces[:]
-    del card.signatures[:]
-    card.security_schemes.clear()
-    del card.security_requirements[:]
-    card.capabilities.extended_agent_card = False
-    declared = {extension.uri for extension in card.capabilities.extensions}
-    for extension in (who_must_act_extension(), remote_extension()):
-        if extension.uri not in declared:
-            card.capabilities.extensions.append(extension)
-    return card
-
-
-def remote_extension() -> AgentExtension:
-    return AgentExtension(
-        uri=REMOTE_EXTENSION,
-        description=(
-            "This agent is a remote A2A agent fronted by a2a-bridge: each task's metadata under this URI names the "
-            "remote agent's URL and the remote task's id and context id."
-        ),
-        required=False,
-    )
-
-
-async def fetch_card(name: str, url: str, timeout: float) -> AgentCard:
-    """The remote agent's card from its card URL (ending in .json) or base URL, retried within the timeout."""
-    if urlsplit(url).path.endswith(".json"):
-        base, path = url, ""
-    else:
-        base, path = url.rstrip("/"), AGENT_CARD_WELL_KNOWN_PATH
-    patience = Patience(name, timeout)
-    async with httpx.AsyncClient(timeout=timeout) as http:
-        while True:
-            try:
-                return await A2ACardResolver(http, base, agent_card_path=path).get_agent_card()
-            except AgentCardResolutionError as error:
-                await patience.wait(classify(error, timeout))
-
-
-def remote_arg(text: str) -> tuple[str, str]:
-    """`NAME=URL`: the prefix to serve the remote agent under, and its base or card URL."""
-    name, _, url = text.partition("=")
-    if not NAME.fullmatch(name):
-        raise argparse.ArgumentTypeError("expected NAME=URL with NAME of lowercase letters, digits, '-' and '_'")
-    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
-        raise argparse.ArgumentTypeError("expected NAME=URL with an http:// or https:// URL")
-    return name, url
-
-
-def positive(text: str) -> float:
-    """A positive number of seconds."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("expected a positive number of seconds")
-    return value
-
-
-def add_options(serve: argparse.ArgumentParser) -> None:
-    """`--remote NAME=URL` (repeatable) and `--remote-timeout SECONDS` on `a2a-bridge serve`."""
-    serve.add_argument(
-        "--remote", action="append", default=[], type=remote_arg, metavar="NAME=URL",
-        help="front the remote A2A agent at URL (its base or card URL) under /NAME/ (repeatable)",
-    )
-    serve.add_argument(
-        "--remote-timeout", type=positive, metavar="SECONDS",
-        help=f"seconds a remote agent may take to answer a call and to recover from failing ones ({DEFAULT_TIMEOUT:g})",
-    )
-
-
-@dataclass(frozen=True)
-class RemoteConfig:
-    """The remote agents to front and their timeout."""
-
-    agents: list[tuple[str, str]]
-    timeout: float
-
-    async def specs(self, taken: Iterable[str] = ()) -> list[AgentSpec]:
-        """Each remote agent as served: its card fetched now (the server does not start without it)."""
-        names = [name for name, _ in self.agents]
-        clash = sorted({name for name in names if names.count(name) > 1} | (set(names) & set(taken)))
-        if clash:
-            raise SystemExit(f"a2a-bridge serve: a remote agent's name is already served: {', '.join(clash)}")
-        specs = []
-        for name, url in self.agents:
-            try:
-                card = await fetch_card(name, url, self.timeout)
-            except RemoteFailure as failure:
-                raise SystemExit(
-                    f"a2a-bridge serve: no card from the remote agent {name} at {url}: {failure.detail}"
-                ) from None
-            specs.append(AgentSpec(name, front_card(card), RemoteAgent(name, card, url, self.timeout)))
-        return specs
-
-
-def from_args(args: argparse.Namespace) -> RemoteConfig:
-    """The configuration file's `[remote]` table (`--config`, else $A2A_BRIDGE_CONFIG), then `--remote` and
-    `--remote-timeout`, which add to it and override its timeout."""
-    path: Path | None = getattr(args, "config", None)
-    if path is None and os.environ.get(ENV_CONFIG):
-        path = Path(os.environ[ENV_CONFIG])
-    agents, timeout = file_remotes(path) if path is not None else ([], None)
-    return RemoteConfig([*agents, *args.remote], args.remote_timeout or timeout or DEFAULT_TIMEOUT)
-
-
-def file_remotes(path: Path) -> tuple[list[tuple[str, str]], float | None]:
-    """The `[remote]` table of a configuration file: `timeout` (seconds) and `agents` (`NAME = "URL"`)."""
-    where = f"a2a-bridge serve: {path} [remote]"
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("remote", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        raise SystemExit(f"a2a-bridge serve: {path} cannot be read as TOML") from None
-    if not isinstance(table, dict) or set(table) - {"timeout", "agents"}:
-        raise SystemExit(f"{where}: takes timeout and agents only")
-    timeout = table.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-        raise SystemExit(f"{where}: timeout must be a positive number of seconds")
-    agents = table.get("agents", {})
-    if not isinstance(agents, dict) or len(agents) > MAX_REMOTES:
-        raise SystemExit(f"{where}: agents must be a table of NAME = \"URL\" (at most {MAX_REMOTES})")
-    try:
-        remotes = [remote_arg(f"{name}={url}") for name, url in agents.items() if isinstance(url, str)]
-    except argparse.ArgumentTypeError as e:
-        raise SystemExit(f"{where}: {e}") from None
-    if len(remotes) != len(agents):
-        raise SystemExit(f"{where}: each agent's URL must be a string")
-    return remotes, float(timeout) if timeout is not None else None
