@@ -17,7 +17,7 @@ from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.states import is_terminal
 from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
-from a2a_bridge.turns import BridgeRequestContext, TurnQueue
+from a2a_bridge.turn_execution import BridgeRequestContext, TurnQueue
 
 log = logging.getLogger(__name__)
 
