@@ -684,9 +684,12 @@ class TaskHost:
         finally:
             self._release(live)
 
-    def resume(self, task_id: str, context: ServerCallContext, signal: str) -> None:
-        """Start, in the background, a turn that is not a user message (an operator's approval)."""
-        self._spawn(self._resume(task_id, context, signal, "resume"))
+    def resume(
+        self, task_id: str, context: ServerCallContext, signal: str, evidence: dict[str, Any] | None = None
+    ) -> None:
+        """Start, in the background, a turn that is not a user message (an operator's approval); `evidence` (who
+        acted, the signal) goes with the claim's resume, else `{"signal": signal}`."""
+        self._spawn(self._resume(task_id, context, signal, "resume", evidence))
 
     async def _resume(
         self, task_id: str, context: ServerCallContext, signal: str | None, operation: str, evidence: dict[str, Any] | None = None
