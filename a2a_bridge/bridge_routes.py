@@ -299,11 +299,11 @@ class BridgeEndpoints:
 
     async def answer(self, route: ActionRoute, request: Request) -> Response:
         """The user who must act answers a pending request of the route's action; anyone else is told the task does
-        not exist."""
+        not exist. An anonymous caller is refused from the record alone on a task with an owner, as an unknown id is."""
         task_id = request.path_params["task_id"]
         caller = self.caller(request).user.user_name
         record = await self.host.ledger.get(task_id)
-        if record is None or record.agent != self.host.agent:
+        if record is None or record.agent != self.host.agent or (record.owner and not caller):
             return not_found(task_id)
         owner = owner_context(record.owner)
         found = await self.host.task_and_record(task_id, owner)
