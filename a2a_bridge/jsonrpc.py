@@ -55,7 +55,8 @@ class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
             request_id = given if isinstance(given, str | int) and not isinstance(given, bool) else None
             if not isinstance(body["params"], list):
                 return self._generate_error_response(request_id, InvalidRequestError("params must be an object"))
-            if body.get("method") in self.METHOD_TO_MODEL:
+            method = body.get("method")
+            if isinstance(method, str) and method in self.METHOD_TO_MODEL:
                 return self._generate_error_response(request_id, InvalidParamsError("params must be an object"))
         return await super().handle_requests(request)
 

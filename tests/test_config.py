@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from a2a_bridge.auth import Principal
-from a2a_bridge.cli import DEMO_OPERATOR_TOKEN, parser, security
+from a2a_bridge.cli import DEMO_OPERATOR_TOKEN, kit_url, parser, security
 from a2a_bridge.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
 
 FILE = """
@@ -215,3 +215,10 @@ def test_serve_stops_with_the_configuration_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert f"a2a-bridge serve: {path} principal 1: kind must be one of user, agent, operator" in proc.stderr
+
+
+def test_the_kit_ports_name_the_kits_own_addresses() -> None:
+    assert kit_url("127.0.0.1", 41243) == "http://localhost:41243"
+    assert kit_url("::1", 41241) == "http://localhost:41241"
+    assert kit_url("10.1.2.3", 9999) == "http://10.1.2.3:9999"
+    assert kit_url("fd00::5", 9999) == "http://[fd00::5]:9999"
