@@ -87,9 +87,9 @@ def parse_host(text: str, where: str) -> str:
     """An allowed host: a name or address that a request's Host header may name, at any port (`localhost`, `[::1]`),
     or at one port (`bridge.example.com:8443`); `*` is any host. Lower case."""
     host = text.strip().lower()
-    name, port = split_host(host)
     if host == "*":
         return host
+    name, port = split_host(host)
     if not name or any(c in name for c in "/@?# \t") or (port is not None and not port.isdigit()):
         raise ConfigError(f"{where}: {text!r} is not a host name, an address or host:port")
     return host
@@ -109,7 +109,11 @@ def split_host(host: str) -> tuple[str, str | None]:
 def parse_public_url(text: str, where: str) -> str:
     """The address the server is reached at from outside: http or https, a host, an optional path, nothing else."""
     parts = urlsplit(text.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
+    try:
+        port_ok = parts.port != 0
+    except ValueError:
+        port_ok = False
+    if not port_ok or parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
         raise ConfigError(f"{where}: {text!r} is not an http(s) URL with a host (and no credentials, query or fragment)")
     return text.strip().rstrip("/")
 
@@ -285,8 +289,7 @@ def check_names(config: SecurityConfig) -> None:
     for principal in config.principals.values():
         known = kinds.setdefault(principal.name, principal.kind)
         if known != principal.kind:
-            kinds_named = f"{known} and {principal.kind}"
-            raise ConfigError(f"the name {principal.name} is given to two kinds of principal ({kinds_named})")
+            raise ConfigError(f"the name {principal.name} is given to two kinds of principal ({known}, {principal.kind})")
 
 
 def load(path: Path | None, environ: Mapping[str, str], base: SecurityConfig | None = None) -> SecurityConfig:

@@ -101,6 +101,10 @@ def test_without_file_or_variables_the_defaults_hold() -> None:
         ('[webhooks]\nallow_networks = ["not-a-network"]', "'not-a-network' is not an address or a network"),
         ("[webhooks]\nallow_private = true", "[webhooks] takes allow_networks only"),
         ("this is = not toml =", "not valid TOML"),
+        ('[[principal]]\nname = "a=b"\ntoken = "t"', "the name must not hold '='"),
+        ('allowed_hosts = ["http://x.example/"]', "is not a host name, an address or host:port"),
+        ("allowed_hosts = \"x.example\"", "allowed_hosts must be a list of host names"),
+        ('public_url = "https://x.example:port"', "is not an http(s) URL with a host"),
     ],
 )
 def test_a_file_error_names_the_file_and_the_entry(tmp_path: Path, text: str, named: str) -> None:
