@@ -193,6 +193,7 @@ async function xss(page, { token, tasks, payload }) {
   await page.fill('#token', token);
   await page.click('#sign-in-form button[type=submit]');
   await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#feed.live');
   const title = await page.title();
   for (const id of tasks) {
     await page.evaluate((taskId) => { location.hash = `#/tasks/${taskId}`; }, id);
@@ -200,9 +201,9 @@ async function xss(page, { token, tasks, payload }) {
     const parts = await page.$$eval('#task .part', (nodes) => nodes.map((node) => ({
       tag: node.tagName.toLowerCase(), href: node.getAttribute('href'), rel: node.getAttribute('rel'), text: node.textContent,
     })));
-    for (const part of await page.$$('#task .part')) {
-      if (/^javascript:/i.test(await part.textContent())) await part.click();
-    }
+    // Locators, not element handles: the change feed may draw the page again while the test clicks.
+    const planted = page.locator('#task .part', { hasText: /^javascript:/i });
+    for (let i = 0; i < await planted.count(); i += 1) await planted.nth(i).click();
     await shot(page, `xss-${id.slice(0, 8)}.png`);
     report(`task:${id}`, {
       task: id, parts, title: await page.title(), violations: await page.evaluate(() => [...window.__violations]),
