@@ -61,9 +61,9 @@ def may_act(caller: str, request: ActionRequest, record: TaskRecord) -> bool:
     return not record.owner and not caller
 
 
-def actor(context: ServerCallContext) -> str:
-    """Who acted, as claim evidence names them: the principal's name, or anonymous."""
-    return caller_name(context) or ANONYMOUS
+def actor(name: str) -> str:
+    """Who acted, as claim evidence names them: the principal's name ('' for an anonymous caller), or anonymous."""
+    return name or ANONYMOUS
 
 
 def problem(code: int, status: str, message: str, **details: Any) -> JSONResponse:
@@ -282,7 +282,7 @@ class BridgeEndpoints:
             or not any(r.actor == "operator" and r.action == "approve" for r in action_requests(task))
         ):
             return problem(409, "FAILED_PRECONDITION", "Task is not waiting for approval", taskId=task_id)
-        self.host.resume(task_id, owner, APPROVED, {"signal": APPROVED, "by": actor(caller)})
+        self.host.resume(task_id, owner, APPROVED, {"signal": APPROVED, "by": actor(caller_name(caller))})
         return JSONResponse({"approved": True, "taskId": task_id})
 
     def may_approve(self, caller: ServerCallContext, record: TaskRecord) -> bool:
@@ -329,7 +329,7 @@ class BridgeEndpoints:
             return problem(409, "FAILED_PRECONDITION", "Task is already resuming", taskId=task_id)
         signal = f"{route.signal}:{value}"
         owner.state["base_url"] = self.base_url(request)
-        self.host.resume(task_id, owner, signal, {"signal": signal, "by": caller or ANONYMOUS})
+        self.host.resume(task_id, owner, signal, {"signal": signal, "by": actor(caller)})
         return JSONResponse({"taskId": task_id, route.field: value, "signal": signal})
 
 
