@@ -16,20 +16,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
-from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, header, is_operator, public_base
+from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
 from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints, StatusPolls
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
+from a2a_bridge.host_env import HostSettings
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
 from a2a_bridge.media_type import A2AJsonErrors
 from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
+from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
-from a2a_bridge.host_env import HostSettings
 from a2a_bridge.task_host import TaskHost
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -88,10 +89,13 @@ class ServedAgent:
         """Card, JSON-RPC, HTTP+JSON and operator routes, relative to where the agent is mounted."""
 
         async def card(request: Request) -> Response:
-            return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, builder.base_path))))
+            return JSONResponse(agent_card_to_dict(self.card_for(self.card_base(request, builder))))
 
         open_approvals = not self.security.require_auth
-        endpoints = BridgeEndpoints(self.host, builder.identity, is_operator, open_approvals)
+        demo_owners = frozenset({"", *(p.name for p in (self.spec.tokens or {}).values())})
+        endpoints = BridgeEndpoints(
+            self.host, builder.identity, is_operator, open_approvals, builder.base_url, demo_owners
+        )
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
         # Before the REST routes: their catch-all /{tenant} mount would otherwise take these paths and answer 404.
         routes += endpoints.routes(self.spec.approvals, self.spec.actions)
@@ -99,17 +103,27 @@ class ServedAgent:
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
 
+    def card_base(self, request: Request, builder: BridgeContextBuilder) -> str:
+        """The base URL a card names: the public URL when configured; else, for a signed card, the address the server
+        listens on (a caller's Host is never signed); else the address the caller used."""
+        if builder.public_url:
+            return f"{builder.public_url}{builder.base_path}"
+        if self.spec.signing_key:
+            return own_base(request.scope, builder.base_path)
+        return public_base(request, builder.base_path)
+
     def principal_name(self, scope: Scope) -> str:
         """The principal a request's bearer token names ('' for the anonymous principal)."""
-        token = bearer_token({"authorization": header(scope, b"authorization") or ""})
+        token = bearer_token(scope)
         principal = self.tokens.get(token) if token else None
         return principal.name if principal is not None else ""
 
-    def asgi(self, base_path: str) -> ASGIApp:
+    def asgi(self, base_path: str, public_url: str | None = None) -> ASGIApp:
         """The agent's routes behind the request limits, and behind the bearer gate when the agent requires a token
         (every agent under require_auth, the approval link too); the direct path for the hot JSON-RPC methods right
-        behind the limits, and the unchanged Task Status poll (304) in front of them."""
-        builder = BridgeContextBuilder(self.tokens, base_path)
+        behind the limits, and the unchanged Task Status poll (304) in front of them. `public_url` is the address of
+        the server (or of this agent's own port) that cards and links name."""
+        builder = BridgeContextBuilder(self.tokens, base_path, public_url)
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
         app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
         if self.direct_rpc:
@@ -207,11 +221,12 @@ class Bridge:
         await self.ledger.close()
         await self.stores.close()
 
-    def app(self) -> Starlette:
-        """All agents, each under /{name}/, with an index at /."""
+    def app(self) -> ASGIApp:
+        """All agents, each under /{name}/, with an index at /, behind the request guard."""
+        public_url = self.security.public_url
 
         async def index(request: Request) -> Response:
-            base = str(request.base_url).rstrip("/")
+            base = public_url or str(request.base_url).rstrip("/")
             return JSONResponse(
                 {
                     "agents": [
@@ -236,9 +251,11 @@ class Bridge:
             Route("/readyz", readyz, methods=["GET"]),
             Mount("/console", app=console_app(self)),
         ]
-        routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}")) for name, agent in self.agents.items()]
-        return Starlette(routes=routes, lifespan=self.lifespan)
+        routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()]
+        app = Starlette(routes=routes, lifespan=self.lifespan)
+        return RequestGuard(app, self.security.allowed_hosts, public_url)
 
-    def kit_app(self, name: str) -> Starlette:
-        """One agent at the root of its own port, as the capture kit serves it."""
-        return Starlette(routes=[Mount("", app=self.agents[name].asgi(""))])
+    def kit_app(self, name: str, public_url: str | None = None) -> ASGIApp:
+        """One agent at the root of its own port, as the capture kit serves it; `public_url` is that port's address."""
+        app = Starlette(routes=[Mount("", app=self.agents[name].asgi("", public_url))])
+        return RequestGuard(app, self.security.allowed_hosts, public_url)

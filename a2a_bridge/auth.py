@@ -13,6 +13,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from a2a_bridge import errors
 
 VERSION_HEADER = "a2a-version"
+VERSION_QUERY = "A2A-Version"
+BODILESS_METHODS = frozenset({"GET", "DELETE"})
+"""The methods whose request parameters travel in the query (the spec's HTTP+JSON binding, 11.5), and so the only
+ones that may name `A2A-Version` there (3.6.1): a browser's cross-site simple POST cannot set the header."""
 KINDS = ("user", "agent", "operator")
 RESERVED_NAMES = frozenset({"", "anonymous"})
 """Names no principal may take: the anonymous owner and the responsible user shown for anonymous tasks."""
@@ -63,8 +67,10 @@ def owner_context(owner: str) -> ServerCallContext:
     return ServerCallContext(user=Principal(owner) if owner else UnauthenticatedUser())
 
 
-def bearer_token(headers: "dict[str, str] | object") -> str | None:
-    value = headers.get("authorization", "")  # type: ignore[attr-defined]
+def bearer_token(scope: Scope) -> str | None:
+    """The bearer token of a request's Authorization header: the one place that reads it. `request_guard` refuses a
+    request that carries more than one, so every reader sees the same principal."""
+    value = header(scope, b"authorization") or ""
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
@@ -72,31 +78,46 @@ def bearer_token(headers: "dict[str, str] | object") -> str | None:
 class BridgeContextBuilder(DefaultServerCallContextBuilder):
     """The SDK's context builder, plus the caller's principal, the public base URL, and the exact version check."""
 
-    def __init__(self, tokens: dict[str, Principal], base_path: str) -> None:
+    def __init__(self, tokens: dict[str, Principal], base_path: str, public_url: str | None = None) -> None:
         self.tokens = tokens
         self.base_path = base_path
+        self.public_url = public_url
+        """The configured address the server is reached at (`--public-url`), else None."""
 
     def build(self, request: Request) -> ServerCallContext:
-        version = request.headers.get(VERSION_HEADER) or request.query_params.get("A2A-Version")
+        version = request.headers.get(VERSION_HEADER)
+        if version is None and request.method in BODILESS_METHODS:
+            version = request.query_params.get(VERSION_QUERY)
         if version != errors.SUPPORTED_VERSION:
             raise errors.version_not_supported(version)
         context = super().build(request)
         context.state["headers"][VERSION_HEADER] = version
-        context.state["base_url"] = public_base(request, self.base_path)
+        context.state["base_url"] = self.base_url(request)
         return context
+
+    def base_url(self, request: Request) -> str:
+        """The agent's base URL for links in messages: under the public URL when one is configured."""
+        return f"{self.public_url}{self.base_path}" if self.public_url else public_base(request, self.base_path)
 
     def identity(self, request: Request) -> ServerCallContext:
         """The caller alone, for the bridge's own endpoints, which are not A2A methods and need no version header."""
         return ServerCallContext(user=self.build_user(request))
 
     def build_user(self, request: Request) -> User:
-        token = bearer_token(request.headers)
+        token = bearer_token(request.scope)
         principal = self.tokens.get(token) if token else None
         return principal if principal is not None else UnauthenticatedUser()
 
 
+def own_base(scope: Scope, base_path: str) -> str:
+    """The agent's base URL at the address the server listens on, whatever Host the caller sent."""
+    host, port = scope.get("server") or ("localhost", None)
+    name = f"[{host}]" if ":" in host else host
+    return f"{scope.get('scheme', 'http')}://{name}{f':{port}' if port else ''}{base_path}"
+
+
 def public_base(request: Request, base_path: str) -> str:
-    """The agent's base URL as the client reached it."""
+    """The agent's base URL as the client reached it (its Host, which `request_guard` checked)."""
     host = request.headers.get("host")
     if not host:
         return f"{request.url.scheme}://{request.url.hostname}:{request.url.port}{base_path}"
@@ -132,8 +153,7 @@ class BearerGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.guards(route_path(scope)):
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            if bearer_token(headers) not in self.tokens:
+            if bearer_token(scope) not in self.tokens:
                 await unauthorized(self.realm)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

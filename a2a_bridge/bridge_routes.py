@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import caller_name, header, may_see, owner_context, public_base, route_path
+from a2a_bridge.auth import caller_name, header, may_see, owner_context, route_path
 from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
@@ -34,6 +34,8 @@ OUTCOMES = ("completed", "cancelled", "continue", "uncertain")
 APPROVED = "approved"
 
 Caller = Callable[[Request], ServerCallContext]
+ANONYMOUS = "anonymous"
+"""How claim evidence names an anonymous caller who acted."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ def may_act(caller: str, request: ActionRequest, record: TaskRecord) -> bool:
     if caller and caller == (request.user or record.responsible_user):
         return True
     return not record.owner and not caller
+
+
+def actor(name: str) -> str:
+    """Who acted, as claim evidence names them: the principal's name ('' for an anonymous caller), or anonymous."""
+    return name or ANONYMOUS
 
 
 def problem(code: int, status: str, message: str, **details: Any) -> JSONResponse:
@@ -104,14 +111,21 @@ class BridgeEndpoints:
         host: TaskHost,
         caller: Caller,
         is_operator: Callable[[ServerCallContext], bool],
-        open_approvals: bool = True,
+        open_approvals: bool,
+        base_url: Callable[[Request], str],
+        demo_owners: frozenset[str] = frozenset({""}),
     ) -> None:
         self.host = host
         self.caller = caller
         self.is_operator = is_operator
         self.open_approvals = open_approvals
         """Whether an anonymous caller may approve, as the kit's operator does without a token (not under
-        require_auth)."""
+        require_auth), the tasks of `demo_owners`."""
+        self.base_url = base_url
+        """The agent's base URL for the links its next turn writes."""
+        self.demo_owners = demo_owners
+        """The owners whose tasks open approvals cover: the anonymous owner and the agent's demo principals, never a
+        configured user."""
 
     def routes(self, approvals: bool, actions: tuple[ActionRoute, ...] = ()) -> list[BaseRoute]:
         routes: list[BaseRoute] = [
@@ -262,12 +276,12 @@ class BridgeEndpoints:
 
     async def approve(self, request: Request) -> Response:
         """An operator approves a deploy waiting in AUTH_REQUIRED, outside A2A (with open approvals, as in the kit, an
-        anonymous caller too); anyone else is told the task does not exist."""
+        anonymous caller too, on a task of the demo's principals); anyone else is told the task does not exist. The
+        record is read for every caller, so that a refusal and an unknown id cost the same."""
         task_id = request.path_params["task_id"]
         caller = self.caller(request)
-        allowed = self.is_operator(caller) or (self.open_approvals and not caller_name(caller))
-        record = await self.host.ledger.get(task_id) if allowed else None
-        if record is None or record.agent != self.host.agent:
+        record = await self.host.ledger.get(task_id)
+        if record is None or record.agent != self.host.agent or not self.may_approve(caller, record):
             return not_found(task_id)
         owner = owner_context(record.owner)
         task = await self.host.get(task_id, owner)
@@ -279,18 +293,26 @@ class BridgeEndpoints:
             or not any(r.actor == "operator" and r.action == "approve" for r in action_requests(task))
         ):
             return problem(409, "FAILED_PRECONDITION", "Task is not waiting for approval", taskId=task_id)
-        refused = await self._resumed(task_id, owner, APPROVED)
+        refused = await self._resumed(task_id, owner, APPROVED, {"signal": APPROVED, "by": actor(caller_name(caller))})
         return refused or JSONResponse({"approved": True, "taskId": task_id})
 
-    async def _resumed(self, task_id: str, owner: ServerCallContext, signal: str) -> Response | None:
+    async def _resumed(
+        self, task_id: str, owner: ServerCallContext, signal: str, evidence: dict[str, Any]
+    ) -> Response | None:
         """Resume a task with a signal; None once its claim is stored, else the answer that says why not."""
         try:
-            await self.host.resume(task_id, owner, signal)
+            await self.host.resume(task_id, owner, signal, evidence)
         except ClaimError as refused:
             return problem(409, "FAILED_PRECONDITION", "Task is already resuming", reason=refused.reason, taskId=task_id)
         except StoreUnavailable:
             return store_unavailable(task_id)
         return None
+
+    def may_approve(self, caller: ServerCallContext, record: TaskRecord) -> bool:
+        """An operator, any task of this agent; with open approvals an anonymous caller, a task of the demo."""
+        if self.is_operator(caller):
+            return True
+        return self.open_approvals and not caller_name(caller) and record.owner in self.demo_owners
 
     def answering(self, route: ActionRoute) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -300,11 +322,11 @@ class BridgeEndpoints:
 
     async def answer(self, route: ActionRoute, request: Request) -> Response:
         """The user who must act answers a pending request of the route's action; anyone else is told the task does
-        not exist."""
+        not exist. An anonymous caller is refused from the record alone on a task with an owner, as an unknown id is."""
         task_id = request.path_params["task_id"]
         caller = self.caller(request).user.user_name
         record = await self.host.ledger.get(task_id)
-        if record is None or record.agent != self.host.agent:
+        if record is None or record.agent != self.host.agent or (record.owner and not caller):
             return not_found(task_id)
         owner = owner_context(record.owner)
         found = await self.host.task_and_record(task_id, owner)
@@ -329,8 +351,8 @@ class BridgeEndpoints:
         if record.claim.state != AWAITING_REPLY:
             return problem(409, "FAILED_PRECONDITION", "Task is already resuming", taskId=task_id)
         signal = f"{route.signal}:{value}"
-        owner.state["base_url"] = public_base(request, request.scope.get("root_path", ""))
-        refused = await self._resumed(task_id, owner, signal)
+        owner.state["base_url"] = self.base_url(request)
+        refused = await self._resumed(task_id, owner, signal, {"signal": signal, "by": actor(caller)})
         return refused or JSONResponse({"taskId": task_id, route.field: value, "signal": signal})
 
 

@@ -11,24 +11,30 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from a2a_bridge import observability, operator_cli, planner, remote_config
 from a2a_bridge.app import Bridge
-from a2a_bridge.auth import RESERVED_NAMES, Principal
+from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import (
     ENV_OPERATOR_TOKEN,
     ConfigError,
     SecurityConfig,
     check_delegates,
+    check_names,
     limits_from,
     load,
+    parse_host,
     parse_network,
+    parse_public_url,
+    user_entry,
 )
 from a2a_bridge.read_timeouts import timed
+from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
@@ -40,13 +46,11 @@ KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243, "c
 
 
 def user_token(text: str) -> tuple[str, Principal]:
-    """`TOKEN=NAME`: a bearer token and the user it names."""
-    token, _, name = text.partition("=")
-    if not token or not name:
-        raise argparse.ArgumentTypeError("expected TOKEN=NAME")
-    if name in RESERVED_NAMES:
-        raise argparse.ArgumentTypeError(f"{name!r} is reserved for anonymous callers")
-    return token, Principal(name)
+    """`TOKEN=NAME`: a bearer token and the user it names, checked as the file and the environment check names."""
+    try:
+        return user_entry(text, "--user-token")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def limit_setting(text: str) -> tuple[str, str]:
@@ -64,26 +68,56 @@ def webhook_network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def allowed_host(text: str) -> str:
+    try:
+        return parse_host(text, "--allowed-host")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def public_url(text: str) -> str:
+    try:
+        return parse_public_url(text, "--public-url")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def security(args: argparse.Namespace) -> SecurityConfig:
-    """The security configuration: the file and the environment (a2a_bridge.config), then the command line; the
-    demo operator token only while callers may be anonymous."""
+    """The security configuration: the file and the environment (a2a_bridge.config), then the command line. The demo
+    operator token only while no principal is configured and callers may be anonymous; the hosts answered, by
+    default the loopback names when the server listens on loopback, and always the public URL's host."""
     config = load(args.config, os.environ)
     if args.require_auth:
         config = replace(config, require_auth=True)
-    operator = args.operator_token or os.environ.get(ENV_OPERATOR_TOKEN) or (
-        None if config.require_auth else DEMO_OPERATOR_TOKEN
-    )
     principals = {**config.principals, **dict(args.user_token)}
+    demo = not principals and not config.require_auth
+    operator = args.operator_token or os.environ.get(ENV_OPERATOR_TOKEN) or (DEMO_OPERATOR_TOKEN if demo else None)
     if operator:
         principals[operator] = Principal("operator", kind="operator")
+    chosen_url = args.public_url or config.public_url
+    hosts = (*config.allowed_hosts, *args.allowed_host)
+    if not hosts and is_loopback(args.host):
+        hosts = LOOPBACK_HOSTS
+    if hosts and chosen_url:
+        hosts = (*hosts, urlsplit(chosen_url).netloc.lower())
     config = replace(
         config,
         principals=principals,
         webhook_networks=(*config.webhook_networks, *args.allow_webhook_network),
         limits=limits_from(dict(args.limit), config.limits, "--limit"),
+        allowed_hosts=hosts,
+        public_url=chosen_url,
     )
+    check_names(config)
     check_delegates(config)
     return config
+
+
+def kit_url(bind: str, port: int) -> str:
+    """The address of a kit port's agent, as cards name it: the kit's own `localhost:PORT` on loopback."""
+    if is_loopback(bind):
+        return f"http://localhost:{port}"
+    return f"http://[{bind}]:{port}" if ":" in bind and not bind.startswith("[") else f"http://{bind}:{port}"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -106,6 +140,15 @@ def parser() -> argparse.ArgumentParser:
         " --require-auth)",
     )
     serve.add_argument("--config", type=Path, metavar="FILE", help="security configuration (TOML; docs/security.md)")
+    serve.add_argument(
+        "--allowed-host", action="append", default=[], type=allowed_host, metavar="HOST[:PORT]",
+        help="answer requests whose Host header names this host (repeatable; '*' any); default on loopback:"
+        f" {', '.join(LOOPBACK_HOSTS)} at any port",
+    )
+    serve.add_argument(
+        "--public-url", type=public_url, metavar="URL",
+        help="the address clients reach the server at (e.g. behind a proxy); cards name and sign it",
+    )
     serve.add_argument(
         "--require-auth", action="store_true",
         help="every agent requires a configured bearer token (no anonymous callers)",
@@ -172,7 +215,7 @@ async def serve(args: argparse.Namespace) -> None:
     servers = [server(app, args.port, "auto")]
     if args.kit_ports:
         kit = [(name, port) for name, port in KIT_PORTS.items() if name in bridge.agents]
-        servers += [server(bridge.kit_app(name), port, "off") for name, port in kit]
+        servers += [server(bridge.kit_app(name, kit_url(args.host, port)), port, "off") for name, port in kit]
     await asyncio.gather(*(one.serve() for one in servers))
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from a2a_bridge.auth import KINDS, RESERVED_NAMES, Principal
 
@@ -19,6 +20,8 @@ ENV_PRINCIPALS = "A2A_BRIDGE_PRINCIPALS"
 ENV_REQUIRE_AUTH = "A2A_BRIDGE_REQUIRE_AUTH"
 ENV_OPERATOR_TOKEN = "A2A_BRIDGE_OPERATOR_TOKEN"
 ENV_WEBHOOK_NETWORKS = "A2A_BRIDGE_ALLOW_WEBHOOK_NETWORKS"
+ENV_ALLOWED_HOSTS = "A2A_BRIDGE_ALLOWED_HOSTS"
+ENV_PUBLIC_URL = "A2A_BRIDGE_PUBLIC_URL"
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
 MAX_NAME = 255
@@ -71,6 +74,10 @@ class SecurityConfig:
     webhook_networks: tuple[Network, ...] = ()
     """Networks webhooks may reach beyond public addresses (loopback, private and link-local are refused otherwise)."""
     limits: Limits = field(default_factory=Limits)
+    allowed_hosts: tuple[str, ...] = ()
+    """Host header values the server answers (`a2a_bridge.request_guard`); empty: the default of where it listens."""
+    public_url: str | None = None
+    """The address cards name and sign (`--public-url`); None: unsigned cards name the address the caller used."""
 
 
 def parse_bool(text: str, where: str) -> bool:
@@ -89,12 +96,50 @@ def parse_network(text: str, where: str) -> Network:
         raise ConfigError(f"{where}: {text!r} is not an address or a network (CIDR)") from e
 
 
+def parse_host(text: str, where: str) -> str:
+    """An allowed host: a name or address that a request's Host header may name, at any port (`localhost`, `[::1]`),
+    or at one port (`bridge.example.com:8443`); `*` is any host. Lower case."""
+    host = text.strip().lower()
+    if host == "*":
+        return host
+    name, port = split_host(host)
+    if not name or any(c in name for c in "/@?# \t") or (port is not None and not port.isdigit()):
+        raise ConfigError(f"{where}: {text!r} is not a host name, an address or host:port")
+    return host
+
+
+def split_host(host: str) -> tuple[str, str | None]:
+    """`name` and `port` of `name[:port]` (an IPv6 address in brackets); port None when absent."""
+    if host.startswith("["):
+        name, bracket, rest = host.partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return "", None
+        return f"{name}]", rest[1:] if rest else None
+    name, colon, port = host.partition(":")
+    return name, port if colon else None
+
+
+def parse_public_url(text: str, where: str) -> str:
+    """The address the server is reached at from outside: http or https, a host, an optional path, nothing else."""
+    parts = urlsplit(text.strip())
+    try:
+        port_ok = parts.port != 0
+    except ValueError:
+        port_ok = False
+    if not port_ok or parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
+        raise ConfigError(f"{where}: {text!r} is not an http(s) URL with a host (and no credentials, query or fragment)")
+    return text.strip().rstrip("/")
+
+
 def make_principal(token: str, name: str, kind: str, acts_for: list[str], where: str) -> Principal:
-    """A principal, checked: a non-empty token and name, a known kind, `acts_for` only on agents."""
+    """A principal, checked: a non-empty token and name, a known kind, `acts_for` only on agents. A name holds no
+    `=`, so that an entry of the environment or the command line splits at the `=` beside the name."""
     if not token or any(c.isspace() for c in token):
         raise ConfigError(f"{where}: the token must be non-empty and hold no whitespace")
     if not name or name in RESERVED_NAMES:
         raise ConfigError(f"{where}: the name must be non-empty and not anonymous")
+    if "=" in name:
+        raise ConfigError(f"{where}: the name must not hold '='")
     if len(name) > MAX_NAME or not name.isprintable():
         raise ConfigError(f"{where}: the name must be printable and at most {MAX_NAME} characters")
     if kind not in KINDS:
@@ -122,6 +167,15 @@ def env_principals(text: str) -> dict[str, Principal]:
         name, _, persons = name.partition(">")
         principals[token] = make_principal(token, name, kind, [p for p in persons.split("+") if p], where)
     return principals
+
+
+def user_entry(text: str, where: str) -> tuple[str, Principal]:
+    """`TOKEN=NAME` of `--user-token`: a user's bearer token and name. A name holds no `=` and a token may (base64
+    padding), so the entry splits at its last `=`, the one beside the name."""
+    token, equals, name = text.rpartition("=")
+    if not equals:
+        raise ConfigError(f"{where}: expected TOKEN=NAME")
+    return token, make_principal(token, name, "user", [], where)
 
 
 def file_principals(entries: Any, where: str, environ: Mapping[str, str]) -> dict[str, Principal]:
@@ -176,7 +230,7 @@ def from_file(path: Path, base: SecurityConfig, environ: Mapping[str, str]) -> S
         raise ConfigError(f"{where}: cannot be read ({e.strerror})") from e
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{where}: not valid TOML ({e})") from e
-    unknown = set(data) - {"require_auth", "principal", "webhooks", "limits", "remote"}
+    unknown = set(data) - {"require_auth", "principal", "webhooks", "limits", "remote", "allowed_hosts", "public_url"}
     if unknown:
         raise ConfigError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
     config = base
@@ -186,6 +240,14 @@ def from_file(path: Path, base: SecurityConfig, environ: Mapping[str, str]) -> S
         config = replace(config, require_auth=data["require_auth"])
     if "principal" in data:
         config = replace(config, principals={**config.principals, **file_principals(data["principal"], where, environ)})
+    hosts = data.get("allowed_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise ConfigError(f"{where}: allowed_hosts must be a list of host names")
+    config = replace(config, allowed_hosts=(*config.allowed_hosts, *(parse_host(h, where) for h in hosts)))
+    if "public_url" in data:
+        if not isinstance(data["public_url"], str):
+            raise ConfigError(f"{where}: public_url must be a string")
+        config = replace(config, public_url=parse_public_url(data["public_url"], where))
     webhooks = data.get("webhooks", {})
     if not isinstance(webhooks, dict) or set(webhooks) - {"allow_networks"}:
         raise ConfigError(f"{where}: [webhooks] takes allow_networks only")
@@ -212,6 +274,11 @@ def from_environment(environ: Mapping[str, str], base: SecurityConfig) -> Securi
         listed = environ[ENV_WEBHOOK_NETWORKS].replace(",", " ").split()
         added = tuple(parse_network(n, ENV_WEBHOOK_NETWORKS) for n in listed)
         config = replace(config, webhook_networks=(*config.webhook_networks, *added))
+    if ENV_ALLOWED_HOSTS in environ:
+        listed = environ[ENV_ALLOWED_HOSTS].replace(",", " ").split()
+        config = replace(config, allowed_hosts=(*config.allowed_hosts, *(parse_host(h, ENV_ALLOWED_HOSTS) for h in listed)))
+    if environ.get(ENV_PUBLIC_URL):
+        config = replace(config, public_url=parse_public_url(environ[ENV_PUBLIC_URL], ENV_PUBLIC_URL))
     limits = {
         f.name: environ[f"{ENV_PREFIX}{f.name.upper()}"]
         for f in fields(Limits)
@@ -227,6 +294,15 @@ def check_delegates(config: SecurityConfig) -> None:
         missing = sorted(principal.acts_for - users)
         if missing:
             raise ConfigError(f"agent {principal.name} acts for {', '.join(missing)}, who has no user token")
+
+
+def check_names(config: SecurityConfig) -> None:
+    """A name is one principal: the same name for two kinds (a user and an operator, say) is refused."""
+    kinds: dict[str, str] = {}
+    for principal in config.principals.values():
+        known = kinds.setdefault(principal.name, principal.kind)
+        if known != principal.kind:
+            raise ConfigError(f"the name {principal.name} is given to two kinds of principal ({known}, {principal.kind})")
 
 
 def load(path: Path | None, environ: Mapping[str, str], base: SecurityConfig | None = None) -> SecurityConfig:

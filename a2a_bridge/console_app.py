@@ -2,7 +2,9 @@
 feed behind it.
 
 Every API path but `/console/api/info` asks for the operator's bearer token (401 without a known token, 403 for a
-principal that is not the operator). The page keeps the token in sessionStorage. Its actions call the agents' own
+principal that is not the operator); no path ever returns a token. The page keeps the token in sessionStorage, so
+every response carries a Content-Security-Policy that runs only the console's own script file (no inline script, no
+`javascript:` URL), and refuses framing, MIME sniffing and referrers. Its actions call the agents' own
 endpoints: `POST /deployer/approve/{id}`, `POST /{agent}/tasks/{id}/reconcile` and `POST /{agent}/tasks/{id}/cancel`.
 """
 
@@ -19,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_bridge.auth import Principal, bearer_token, owner_context
 from a2a_bridge.bridge_routes import BridgeEndpoints, claim_fields, claim_view, not_found, problem
@@ -42,6 +45,17 @@ FEED_LIFETIME = 30.0
 stops, so a console left open delays a shutdown by at most this long."""
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+"""What every console response carries: the page runs console.js and nothing else, and no other site frames it."""
 
 Signature = tuple[int, str, int, str | None, bool]
 
@@ -64,16 +78,17 @@ class Console:
     """The console's API over every served agent's host and the shared ledger."""
 
     def __init__(
-        self, ledger: Ledger, hosts: dict[str, TaskHost], approvals: set[str], tokens: dict[str, Principal], demo_token: str | None
+        self, ledger: Ledger, hosts: dict[str, TaskHost], approvals: set[str], tokens: dict[str, Principal], demo: bool
     ) -> None:
         self.ledger = ledger
         self.hosts = hosts
         self.approvals = approvals
         self.tokens = tokens
-        self.demo_token = demo_token
+        self.demo = demo
+        """Whether the server accepts the demo operator token (no principals configured)."""
 
-    def app(self) -> Starlette:
-        return Starlette(
+    def app(self) -> ASGIApp:
+        return SecurityHeaders(Starlette(
             routes=[
                 Route("/api/info", self.info, methods=["GET"]),
                 Route("/api/tasks", self.tasks, methods=["GET"]),
@@ -83,11 +98,11 @@ class Console:
                 Route("/api/stream", self.stream, methods=["GET"]),
                 Mount("/", app=StaticFiles(directory=FILES, html=True)),
             ]
-        )
+        ))
 
     def _refused(self, request: Request) -> Response | None:
         """None for the operator; 401 without a known bearer token, 403 for anyone else."""
-        token = bearer_token(request.headers)
+        token = bearer_token(request.scope)
         principal = self.tokens.get(token) if token else None
         if principal is None:
             response = problem(401, "UNAUTHENTICATED", "Send Authorization: Bearer <operator token>")
@@ -149,8 +164,9 @@ class Console:
         return rows
 
     async def info(self, request: Request) -> Response:
-        """What the sign-in page may show anyone: the agents, and the demo operator token when the server uses it."""
-        return JSONResponse({"agents": sorted(self.hosts), "demo_token": self.demo_token})
+        """What the sign-in page may show anyone: the agents, and whether the server accepts the demo operator token
+        (never a token itself)."""
+        return JSONResponse({"agents": sorted(self.hosts), "demo": self.demo})
 
     async def tasks(self, request: Request) -> Response:
         """The most recently created tasks across the agents, newest first."""
@@ -192,7 +208,7 @@ class Console:
         if record is None or host is None:
             return not_found(task_id)
         owner = owner_context(record.owner)
-        return BridgeEndpoints(host, lambda _: owner, lambda _: False)
+        return BridgeEndpoints(host, lambda _: owner, lambda _: False, False, lambda _: "")
 
     async def status(self, request: Request) -> Response:
         """The task's Task Status object, as `GET /{agent}/tasks/{id}/status` gives its owner (ETag, 304, ?wait=S)."""
@@ -235,12 +251,27 @@ class Console:
             await asyncio.sleep(POLL)
 
 
-def console_app(bridge: "Bridge") -> Starlette:
-    """The console over a bridge's agents; it names the demo operator token only when the server uses it."""
+class SecurityHeaders:
+    """ASGI: adds SECURITY_HEADERS to every response of the app it wraps."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+
+def console_app(bridge: "Bridge") -> ASGIApp:
+    """The console over a bridge's agents; it tells whether the server accepts the demo operator token."""
     from a2a_bridge.cli import DEMO_OPERATOR_TOKEN
 
     tokens = {token: principal for agent in bridge.agents.values() for token, principal in agent.tokens.items()}
-    demo = DEMO_OPERATOR_TOKEN if tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator" else None
+    demo = tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator"
     hosts = {name: agent.host for name, agent in bridge.agents.items()}
     approvals = {name for name, agent in bridge.agents.items() if agent.spec.approvals}
     return Console(bridge.ledger, hosts, approvals, tokens, demo).app()

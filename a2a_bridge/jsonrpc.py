@@ -10,6 +10,7 @@ from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, InvalidRequestError
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -41,12 +42,30 @@ def sanitized(error: Exception | JSONRPCError | A2AError) -> Exception | JSONRPC
 
 
 class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
-    """Fixes one SDK defect in one place: JSON-RPC errors that carried the parser's or an exception's text; and logs
-    one line, without a traceback, for each request refused as the client's error (`a2a_bridge.refusal_logs`)."""
+    """Fixes two SDK defects in one place: JSON-RPC errors that carried the parser's or an exception's text, and
+    `params` that are not an object read as empty params; and logs one line, without a traceback, for each request
+    refused as the client's error (`a2a_bridge.refusal_logs`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         refusal_logs.install()
+
+    async def handle_requests(self, request: Request) -> Response:
+        """`params` that are present but not an object: an array (by-position params, which no A2A method takes) is
+        -32602 once the method is known; anything else is not a structured value, so not a Request object (-32600)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and "params" in body and not isinstance(body["params"], dict):
+            given = body.get("id")
+            request_id = given if isinstance(given, str | int) and not isinstance(given, bool) else None
+            if not isinstance(body["params"], list):
+                return self._generate_error_response(request_id, InvalidRequestError("params must be an object"))
+            method = body.get("method")
+            if isinstance(method, str) and method in self.METHOD_TO_MODEL:
+                return self._generate_error_response(request_id, InvalidParamsError("params must be an object"))
+        return await super().handle_requests(request)
 
     def _generate_error_response(
         self, request_id: str | int | None, error: Exception | JSONRPCError | A2AError

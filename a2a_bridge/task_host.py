@@ -104,11 +104,11 @@ class TaskHost:
             await asyncio.gather(*late, return_exceptions=True)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        """The task as last stored, if the caller may see it (from memory while this process holds it)."""
+        """The task as last stored, if the caller may see it (from memory while this process holds it); a task the
+        caller may not see takes the same path as one that does not exist, so the answer's time tells nothing."""
         held = self.table.held(task_id)
-        if held is not None:
-            task, record = held
-            return snapshot(task) if may_see(record.owner, record.responsible_user, context) else None
+        if held is not None and may_see(held[1].owner, held[1].responsible_user, context):
+            return snapshot(held[0])
         task = await self.store.get(task_id, context)
         if task is not None or not caller_name(context):
             return task
@@ -118,9 +118,8 @@ class TaskHost:
     async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
         """The task and its record, if the caller may see it."""
         held = self.table.held(task_id)
-        if held is not None:
-            task, record = held
-            return (snapshot(task), record.copy()) if may_see(record.owner, record.responsible_user, context) else None
+        if held is not None and may_see(held[1].owner, held[1].responsible_user, context):
+            return snapshot(held[0]), held[1].copy()
         record = await self.ledger.get(task_id)
         if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
             return None

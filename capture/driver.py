@@ -383,6 +383,6 @@ async def capture_server(store: StoreConfig = StoreConfig(None), determinism: De
     )
     hooks = Hooks()
     apps: dict[str, tuple[ASGIApp, bool]] = {"bridge": (bridge.app(), True), "webhooks": (hooks.app(), False)}
-    apps.update({name: (bridge.kit_app(name), False) for name in KIT_HOSTS})
+    apps.update({name: (bridge.kit_app(name, f"http://{host}"), False) for name, host in KIT_HOSTS.items()})
     async with _served(apps) as bases, httpx.AsyncClient(timeout=WAIT) as client:
         yield Capture(bridge, world, hooks, bases, client)

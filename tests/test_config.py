@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from a2a_bridge.auth import Principal
-from a2a_bridge.cli import DEMO_OPERATOR_TOKEN, parser, security
+from a2a_bridge.cli import DEMO_OPERATOR_TOKEN, kit_url, parser, security
 from a2a_bridge.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
 
 FILE = """
@@ -101,6 +101,10 @@ def test_without_file_or_variables_the_defaults_hold() -> None:
         ('[webhooks]\nallow_networks = ["not-a-network"]', "'not-a-network' is not an address or a network"),
         ("[webhooks]\nallow_private = true", "[webhooks] takes allow_networks only"),
         ("this is = not toml =", "not valid TOML"),
+        ('[[principal]]\nname = "a=b"\ntoken = "t"', "the name must not hold '='"),
+        ('allowed_hosts = ["http://x.example/"]', "is not a host name, an address or host:port"),
+        ("allowed_hosts = \"x.example\"", "allowed_hosts must be a list of host names"),
+        ('public_url = "https://x.example:port"', "is not an http(s) URL with a host"),
     ],
 )
 def test_a_file_error_names_the_file_and_the_entry(tmp_path: Path, text: str, named: str) -> None:
@@ -138,10 +142,12 @@ def serve_args(*argv: str) -> SecurityConfig:
 def test_the_command_line_adds_users_networks_and_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("A2A_BRIDGE_OPERATOR_TOKEN", raising=False)
     monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
-    demo = serve_args("--user-token", "tok-a=alice", "--allow-webhook-network", "127.0.0.1/32")
+    demo = serve_args("--allow-webhook-network", "127.0.0.1/32")
     assert not demo.require_auth
-    assert demo.principals == {"tok-a": Principal("alice"), DEMO_OPERATOR_TOKEN: Principal("operator", kind="operator")}
+    assert demo.principals == {DEMO_OPERATOR_TOKEN: Principal("operator", kind="operator")}
     assert demo.webhook_networks == (ipaddress.ip_network("127.0.0.1/32"),)
+    named = serve_args("--user-token", "tok-a=alice")
+    assert named.principals == {"tok-a": Principal("alice")}, "no demo operator token once a principal is configured"
 
     required = serve_args("--require-auth")
     assert required.require_auth and required.principals == {}, "no demo operator token once a token is required"
@@ -151,9 +157,58 @@ def test_the_command_line_adds_users_networks_and_the_operator(monkeypatch: pyte
     assert serve_args().principals == {"tok-env-ops": Principal("operator", kind="operator")}
 
 
-def test_a_reserved_user_name_on_the_command_line_is_refused() -> None:
+@pytest.mark.parametrize("entry", ["tok=anonymous", "tok=", "=alice", "no-equals", "tok with space=alice", "tok=\x07"])
+def test_the_command_line_checks_user_names_as_the_file_does(entry: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        parser().parse_args(["serve", "--user-token", "tok=anonymous"])
+        parser().parse_args(["serve", "--user-token", entry])
+    assert "--user-token" in capsys.readouterr().err
+
+
+def test_a_user_token_splits_at_the_equals_sign_beside_the_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
+    assert serve_args("--user-token", "dG9rZW4==alice").principals == {"dG9rZW4=": Principal("alice")}
+    assert env_principals("user:alice=dG9rZW4=") == {"dG9rZW4=": Principal("alice")}
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["--user-token", "tok-1=ops", "--operator-token", "tok-2"], {"A2A_BRIDGE_PRINCIPALS": "operator:ops=tok-3"}),
+        (["--user-token", "tok-1=operator", "--operator-token", "tok-2"], {}),
+        ([], {"A2A_BRIDGE_PRINCIPALS": "user:bob=tok-1 agent:bob>bob=tok-2"}),
+    ],
+)
+def test_a_name_given_to_two_kinds_is_refused(argv: list[str], environ: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match="is given to two kinds of principal"):
+        serve_args(*argv)
+
+
+def test_allowed_hosts_default_to_loopback_names_on_loopback_and_add_the_public_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
+    assert serve_args().allowed_hosts == ("localhost", "127.0.0.1", "[::1]")
+    assert serve_args("--host", "0.0.0.0").allowed_hosts == (), "no default off loopback: every Host is answered"
+    chosen = serve_args("--allowed-host", "Bridge.Example.com", "--public-url", "https://a2a.example.com:8443/base/")
+    assert chosen.allowed_hosts == ("bridge.example.com", "a2a.example.com:8443")
+    assert chosen.public_url == "https://a2a.example.com:8443/base"
+    path = written(tmp_path, 'allowed_hosts = ["a.example"]\npublic_url = "https://b.example"')
+    monkeypatch.setenv("A2A_BRIDGE_ALLOWED_HOSTS", "c.example:81, d.example")
+    config = serve_args("--config", str(path))
+    assert config.allowed_hosts == ("a.example", "c.example:81", "d.example", "b.example")
+    assert config.public_url == "https://b.example"
+
+
+@pytest.mark.parametrize(
+    "argv", [["--allowed-host", "http://x.example"], ["--allowed-host", "x.example:port"], ["--public-url", "ftp://x"],
+             ["--public-url", "https://user:pw@x.example"], ["--public-url", "https://x.example/?q=1"]],
+)
+def test_a_malformed_host_or_public_url_is_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", *argv])
 
 
 def test_serve_stops_with_the_configuration_error(tmp_path: Path) -> None:
@@ -164,3 +219,10 @@ def test_serve_stops_with_the_configuration_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert f"a2a-bridge serve: {path} principal 1: kind must be one of user, agent, operator" in proc.stderr
+
+
+def test_the_kit_ports_name_the_kits_own_addresses() -> None:
+    assert kit_url("127.0.0.1", 41243) == "http://localhost:41243"
+    assert kit_url("::1", 41241) == "http://localhost:41241"
+    assert kit_url("10.1.2.3", 9999) == "http://10.1.2.3:9999"
+    assert kit_url("fd00::5", 9999) == "http://[fd00::5]:9999"

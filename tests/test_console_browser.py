@@ -1,16 +1,29 @@
 """The operator console in headless Chromium (Debian's `chromium`, driven by `playwright-core` from tests/browser/):
-a deploy shown live up to AUTH_REQUIRED and approved with a click, a running task canceled, and a deploy left in
-needs_reconciliation by a crash reconciled from its page. Screenshots go to build/console/."""
+a deploy shown live up to AUTH_REQUIRED and approved with a click, a running task canceled, a deploy left in
+needs_reconciliation by a crash reconciled from its page, and a `javascript:` URL planted in a message, an artifact and
+a remote agent's artifact that never runs. Screenshots go to build/console/."""
 
 import json
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events.event_queue import EventQueue
+from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TaskState
+
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.auth import Principal
+from a2a_bridge.clock import SystemClock
+from a2a_bridge.store import StoreConfig, Stores
+from agents.base import Emitter
+from tests.js_support import node as js_node
+from tests.remote_support import JsRemote
 
 from tests.claim_support import (
     CRASH_PACE,
@@ -19,7 +32,7 @@ from tests.claim_support import (
     get_task,
     rollouts,
 )
-from tests.support import ServerProcess
+from tests.support import ServerProcess, rpc, serve_in_thread, user_message
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER_DIR = ROOT / "tests" / "browser"
@@ -70,9 +83,12 @@ def live_run(node: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         server.stop()
 
 
-def test_sign_in_names_the_demo_token_and_refuses_another(live_run: dict[str, dict[str, Any]]) -> None:
+def test_sign_in_points_to_the_demo_token_without_showing_it_and_refuses_another(
+    live_run: dict[str, dict[str, Any]],
+) -> None:
     sign_in = live_run["sign-in"]
-    assert "ops_demo_5b9e" in sign_in["hint"] and "--operator-token" in sign_in["hint"]
+    assert "ops_demo_5b9e" not in sign_in["hint"], "the page never shows a token"
+    assert "demo operator token" in sign_in["hint"] and "--operator-token" in sign_in["hint"]
     assert sign_in["refused"] == "The server did not accept that token."
     assert sign_in["stored"] == "ops_demo_5b9e"
 
@@ -125,3 +141,93 @@ def test_a_deploy_interrupted_by_a_crash_is_reconciled_from_its_page(node: str, 
         assert rollouts(ledger)[task_id] == 0
     finally:
         server.stop()
+
+
+PAYLOAD = 'javascript:void(document.title=sessionStorage.getItem("a2a-bridge.operator-token"))'
+"""The payload of issue 15: one click on it as a link would have put the operator's token in the page's title."""
+ALERT = "javascript:alert(document.domain)"
+SAFE_LINK = "http://127.0.0.1:1/build.log"
+"""An http URL, shown as a link (never clicked: the tests reach no other address)."""
+URL_PARTS = [{"url": url, "mediaType": "text/plain"} for url in (PAYLOAD, ALERT, SAFE_LINK)]
+
+
+class EchoLinks(AgentExecutor):
+    """A test-only agent whose artifact repeats the URL parts of the message it was sent, as written."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        out = Emitter(event_queue, context, lambda: str(uuid.uuid4()))
+        links = [Part(url=part.url, media_type=part.media_type) for part in context.message.parts if part.url]
+        await out.status(TaskState.TASK_STATE_WORKING, "Collecting the links")
+        await out.artifact("links", links, name="links", last_chunk=True)
+        await out.status(TaskState.TASK_STATE_COMPLETED, "Here are the links")
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await Emitter(event_queue, context, lambda: str(uuid.uuid4())).status(TaskState.TASK_STATE_CANCELED)
+
+
+def echo_links_spec() -> AgentSpec:
+    card = AgentCard(
+        name="echo-links",
+        description="Repeats the links it is sent in an artifact; exists only in the tests.",
+        version="0.0.1",
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="echo", name="Echo links", description="Echoes links.", tags=["test"])],
+    )
+    return AgentSpec("echo-links", card, EchoLinks())
+
+
+def assert_nothing_ran(steps: dict[str, dict[str, Any]], tasks: list[str], token: str) -> None:
+    """Every planted URL shown as text, never as a javascript: link; nothing ran, and the CSP refuses one anyway."""
+    csp = steps["csp"]
+    for task_id in tasks:
+        step = steps[f"task:{task_id}"]
+        assert step["javascriptLinks"] == 0, step["parts"]
+        shown = {part["text"]: part for part in step["parts"]}
+        assert shown[PAYLOAD]["tag"] == "code" and shown[PAYLOAD]["href"] is None, step["parts"]
+        assert step["title"] == csp["title"] == "a2a-bridge · operator console"
+        assert step["token"] == token and step["violations"] == []
+    assert csp["titleAfter"] == csp["title"] and csp["dialogs"] == []
+    assert csp["violations"] and all(v.startswith("script-src") for v in csp["violations"]), csp
+
+
+def test_a_javascript_url_in_a_message_or_a_remote_agents_artifact_never_runs(node: str, tmp_path: Path) -> None:
+    with JsRemote(js_node(), tmp_path / "executions.jsonl") as remote:
+        server = ServerProcess(
+            f"sqlite:///{tmp_path / 'b.db'}", extra=["--agent", "test-runner", "--remote", f"js={remote.url}"]
+        ).start()
+        try:
+            message = user_message("Run the unit tests at commit 9f3c2e1", f"xss-{uuid.uuid4()}")
+            message["parts"] += URL_PARTS
+            sent = rpc(server.agent("test-runner"), "SendMessage", {"message": message})
+            linked = rpc(server.agent("js"), "SendMessage", {"message": user_message(f"link {PAYLOAD}", f"xss-{uuid.uuid4()}")})
+            tasks = [sent["result"]["task"]["id"], linked["result"]["task"]["id"]]
+            artifact = linked["result"]["task"]["artifacts"][0]["parts"][0]
+            assert artifact["url"] == PAYLOAD, "the remote agent's artifact carries the payload"
+            arg = json.dumps({"token": "ops_demo_5b9e", "tasks": tasks, "payload": PAYLOAD})
+            steps = drive(node, "xss", server.url, str(SCREENSHOTS), arg)
+        finally:
+            server.stop()
+    assert_nothing_ran(steps, tasks, "ops_demo_5b9e")
+    shown = {part["text"]: part for part in steps[f"task:{tasks[0]}"]["parts"]}
+    assert shown[ALERT]["tag"] == "code"
+    assert shown[SAFE_LINK]["tag"] == "a" and shown[SAFE_LINK]["href"] == SAFE_LINK
+    assert "noopener" in shown[SAFE_LINK]["rel"]
+
+
+def test_a_javascript_url_in_an_agents_artifact_never_runs(node: str) -> None:
+    token = "ops_xss_7d21"
+    bridge = Bridge(
+        [echo_links_spec()], Stores(StoreConfig.parse("memory")), SystemClock(), lambda: str(uuid.uuid4()),
+        principals={token: Principal("operator", kind="operator")},
+    )
+    with serve_in_thread(bridge.app()) as base:
+        message = user_message("Keep these links", f"xss-{uuid.uuid4()}")
+        message["parts"] += URL_PARTS
+        reply = rpc(f"{base}/echo-links", "SendMessage", {"message": message})
+        task = reply["result"]["task"]
+        assert [part["url"] for part in task["artifacts"][0]["parts"]] == [PAYLOAD, ALERT, SAFE_LINK]
+        arg = json.dumps({"token": token, "tasks": [task["id"]], "payload": PAYLOAD})
+        steps = drive(node, "xss", base, str(SCREENSHOTS), arg)
+    assert_nothing_ran(steps, [task["id"]], token)

@@ -18,7 +18,7 @@ from tests.support import DEPLOYER_TOKEN, ServerProcess, rpc, wait_for
 DIFF = "--- a/payments/refunds.py\n+++ b/payments/refunds.py\n@@ -40,3 +40,4 @@\n+    amount = math.floor(amount)\n"
 ALICE_TOKEN = "alice_tok_who_must_act"
 BOB_TOKEN = "bob_tok_who_must_act"
-OPERATOR_TOKEN = "ops_demo_5b9e"
+OPERATOR_TOKEN = "ops_wma_3f70"
 DEPLOYER = {"Authorization": f"Bearer {DEPLOYER_TOKEN}"}
 ALICE = {"Authorization": f"Bearer {ALICE_TOKEN}"}
 BOB = {"Authorization": f"Bearer {BOB_TOKEN}"}
@@ -32,7 +32,7 @@ POLLS = 4
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A bridge with two named users besides the deployer's client and the operator."""
     db = tmp_path_factory.mktemp("who-must-act") / "bridge.db"
-    users = ["--user-token", f"{ALICE_TOKEN}=alice", "--user-token", f"{BOB_TOKEN}=bob"]
+    users = ["--user-token", f"{ALICE_TOKEN}=alice", "--user-token", f"{BOB_TOKEN}=bob", "--operator-token", OPERATOR_TOKEN]
     process = ServerProcess(f"sqlite:///{db}", pace=0.3, extra=users).start()
     yield process
     process.stop()

@@ -23,7 +23,7 @@
       if (key === 'class') node.className = value;
       else if (key === 'text') node.textContent = value;
       else if (key === 'on') for (const [name, handler] of Object.entries(value)) node.addEventListener(name, handler);
-      else if (key.includes('-') || ['title', 'href', 'type', 'role', 'name', 'placeholder'].includes(key)) node.setAttribute(key, value);
+      else if (key.includes('-') || ['title', 'href', 'type', 'role', 'name', 'placeholder', 'rel', 'target'].includes(key)) node.setAttribute(key, value);
       else node[key] = value;
     }
     for (const child of children.flat()) {
@@ -228,10 +228,25 @@
 
   // --- one task -------------------------------------------------------------------------------------------------
 
+  // A URL someone else wrote (a message or an artifact) is a link only when it is http or https; anything else
+  // (javascript:, data:, a relative path) is shown as text, never followed.
+  function linkOrText(url) {
+    let scheme = null;
+    try {
+      scheme = new URL(url).protocol;
+    } catch {
+      scheme = null;
+    }
+    if (scheme === 'http:' || scheme === 'https:') {
+      return el('a', { class: 'part', href: url, text: url, rel: 'noopener noreferrer nofollow', target: '_blank' });
+    }
+    return el('code', { class: 'part url', text: url });
+  }
+
   function partView(part) {
     if (part.text !== undefined) return el('pre', { class: 'part text', text: part.text });
     if (part.data !== undefined) return el('pre', { class: 'part data', text: JSON.stringify(part.data, null, 2) });
-    if (part.url !== undefined) return el('a', { class: 'part', href: part.url, text: part.url });
+    if (part.url !== undefined) return linkOrText(part.url);
     if (part.raw !== undefined) return el('p', { class: 'part hint', text: `${part.mediaType || 'file'} (${Math.round(part.raw.length * 0.75)} bytes)` });
     return el('pre', { class: 'part', text: JSON.stringify(part) });
   }
@@ -413,10 +428,10 @@
   async function showDemoHint() {
     try {
       const info = await (await fetch('api/info')).json();
-      if (info.demo_token) {
+      if (info.demo) {
         const hint = $('#demo-hint');
-        hint.replaceChildren('This server runs with the demo operator token ', el('code', { text: info.demo_token }),
-          ' (the default of ', el('code', { text: '--operator-token' }), '). Outside a demo, start it with a token of your own.');
+        hint.replaceChildren('This server runs as the demo: it accepts the demo operator token (the default of ',
+          el('code', { text: '--operator-token' }), ', in the README). Outside a demo, configure principals of your own.');
         hint.hidden = false;
       }
     } catch {

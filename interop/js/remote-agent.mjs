@@ -3,6 +3,8 @@
 //
 //   "count N"  works: streams an artifact `count` of N chunks, one per pace, then completes ("Counted to N").
 //   "ask"      asks for input ("What is your name?"); the answer streams an artifact `greeting` and completes.
+//   "link URL" completes with an artifact `link` whose one part is that URL, as written (the console's tests plant
+//              a `javascript:` URL there).
 //   other      answers with a direct message and no task.
 //
 // Every task can be canceled while it works or waits. Each execution (one turn: a first message or an answer) is
@@ -59,6 +61,10 @@ function text(value) {
   return { content: { $case: 'text', value }, metadata: undefined, filename: '', mediaType: 'text/plain' };
 }
 
+function urlPart(value) {
+  return { content: { $case: 'url', value }, metadata: undefined, filename: '', mediaType: 'text/plain' };
+}
+
 function textOf(message) {
   return (message?.parts ?? []).map((part) => (part.content?.$case === 'text' ? part.content.value : '')).join(' ').trim();
 }
@@ -85,7 +91,8 @@ class Agent {
     appendFileSync(record, JSON.stringify({ taskId, contextId, messageId: message.messageId, text: textOf(message) }) + '\n');
     const first = context.task ? textOf(context.task.history.find((m) => m.role === Role.ROLE_USER)) : textOf(message);
     const count = /^count (\d+)$/.exec(first);
-    if (!count && first !== 'ask') {
+    const link = /^link (\S+)$/.exec(first);
+    if (!count && !link && first !== 'ask') {
       bus.publish(AgentEvent.message(agentMessage('', contextId, 'I count ("count 5") or greet ("ask").')));
       bus.finished();
       return;
@@ -107,7 +114,13 @@ class Agent {
       taskId, contextId, append, lastChunk, metadata: undefined,
       artifact: { artifactId, name: `${artifactId}.txt`, description: '', parts: [text(value)], metadata: undefined, extensions: [] },
     }));
-    if (count) {
+    if (link) {
+      bus.publish(AgentEvent.artifactUpdate({
+        taskId, contextId, append: false, lastChunk: true, metadata: undefined,
+        artifact: { artifactId: 'link', name: 'link', description: '', parts: [urlPart(link[1])], metadata: undefined, extensions: [] },
+      }));
+      status(TaskState.TASK_STATE_COMPLETED, 'Here is the link');
+    } else if (count) {
       const n = Math.min(Number(count[1]), MAX_COUNT);
       status(TaskState.TASK_STATE_WORKING, `Counting to ${n}`);
       for (let i = 1; i <= n; i += 1) {

@@ -3,6 +3,10 @@
 //   node console.mjs live BASE_URL SCREENSHOT_DIR        sign in, watch a deploy reach AUTH_REQUIRED, approve it with a
 //                                                       click and see it complete; open its page; cancel a running task
 //   node console.mjs reconcile BASE_URL SCREENSHOT_DIR TASK   reconcile a task left in needs_reconciliation
+//   node console.mjs xss BASE_URL SCREENSHOT_DIR '{"token": ..., "tasks": [...], "payload": ...}'
+//                                                       open each task's page, click every javascript: part it shows, and
+//                                                       report what ran (title, dialogs, javascript: links), then
+//                                                       check that the page's CSP stops a javascript: link outright
 //
 // Prints one JSON object a line (one per step) for tests/test_console_browser.py; exits 1 after printing
 // {"error": ...} when a step fails.
@@ -169,6 +173,60 @@ async function reconcile(page, id) {
   report('reconcile', { task: id, before, after });
 }
 
+// The page as served, before any task is opened: its title, and the CSP violations it reports from now on.
+async function watchForScripts(page) {
+  await page.addInitScript(() => {
+    window.__violations = [];
+    document.addEventListener('securitypolicyviolation', (event) => window.__violations.push(event.effectiveDirective));
+  });
+}
+
+async function xss(page, { token, tasks, payload }) {
+  const dialogs = [];
+  page.on('dialog', (dialog) => {
+    dialogs.push(dialog.message());
+    dialog.dismiss().catch(() => {});
+  });
+  await watchForScripts(page);
+  await page.goto(`${base}/console/`);
+  await page.waitForSelector('#sign-in:not([hidden])');
+  await page.fill('#token', token);
+  await page.click('#sign-in-form button[type=submit]');
+  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#feed.live');
+  const title = await page.title();
+  for (const id of tasks) {
+    await page.evaluate((taskId) => { location.hash = `#/tasks/${taskId}`; }, id);
+    await page.waitForSelector(`#task [data-task-id="${id}"] .part`, { timeout: WAIT });
+    const parts = await page.$$eval('#task .part', (nodes) => nodes.map((node) => ({
+      tag: node.tagName.toLowerCase(), href: node.getAttribute('href'), rel: node.getAttribute('rel'), text: node.textContent,
+    })));
+    // Locators, not element handles: the change feed may draw the page again while the test clicks.
+    const planted = page.locator('#task .part', { hasText: /^javascript:/i });
+    for (let i = 0; i < await planted.count(); i += 1) await planted.nth(i).click();
+    await shot(page, `xss-${id.slice(0, 8)}.png`);
+    report(`task:${id}`, {
+      task: id, parts, title: await page.title(), violations: await page.evaluate(() => [...window.__violations]),
+      javascriptLinks: await page.$$eval('a[href]', (links) => links.filter((a) => /^\s*javascript:/i.test(a.getAttribute('href'))).length),
+      token: await page.evaluate(() => sessionStorage.getItem('a2a-bridge.operator-token')),
+    });
+  }
+  // A javascript: link that got onto the page all the same: the CSP (no 'unsafe-inline') refuses to run it.
+  const before = await page.evaluate(() => window.__violations.length);
+  await page.evaluate((url) => {
+    const link = document.createElement('a');
+    link.href = url;
+    document.body.append(link);
+    link.click();
+    link.remove();
+  }, payload);
+  await page.waitForFunction((count) => window.__violations.length > count, before, { timeout: WAIT });
+  report('csp', {
+    title, titleAfter: await page.title(), dialogs,
+    violations: await page.evaluate(() => window.__violations),
+  });
+}
+
 const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-console-chromium-'));
 fs.mkdirSync(shots, { recursive: true });
 const context = await chromium.launchPersistentContext(profile, {
@@ -183,6 +241,7 @@ try {
   page.on('pageerror', (error) => report('page-error', { message: String(error) }));
   if (scenario === 'live') await live(page);
   else if (scenario === 'reconcile') await reconcile(page, taskArg);
+  else if (scenario === 'xss') await xss(page, JSON.parse(taskArg));
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
   failed = true;
