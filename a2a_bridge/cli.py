@@ -21,6 +21,7 @@ from a2a_bridge.app import Bridge
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import (
+    DEMO_OPERATOR_TOKEN,
     ENV_OPERATOR_TOKEN,
     ConfigError,
     SecurityConfig,
@@ -38,11 +39,9 @@ from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
-from capture import recorder, replay
-
-DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"
-KIT_PORTS = {"test-runner": 41241, "code-reviewer": 41242, "deployer": 41243, "conformance": 9999}
-"""Each agent's own port under --kit-ports: the kit's three, and the TCK's default SUT port for conformance."""
+from a2a_bridge.kit import KIT_PORTS
+from agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
+from capture import recorder, replay_command
 
 
 def user_token(text: str) -> tuple[str, Principal]:
@@ -121,8 +120,6 @@ def kit_url(bind: str, port: int) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    from agents.catalog import AGENT_NAMES
-
     root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
     commands = root.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve test-runner, code-reviewer and deployer")
@@ -172,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info")
     observability.register(serve)
     remote_config.add_options(serve)
-    replay.register(commands)
+    replay_command.register(commands)
     recorder.register(commands)
     planner.register(commands)
     operator_cli.register(commands)
@@ -180,8 +177,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from agents.catalog import SAMPLE_AGENTS, served_agents
-
     settings = HostSettings(
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,

@@ -15,6 +15,8 @@ from a2a_bridge.auth import KINDS, RESERVED_NAMES, Principal
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 ENV_PREFIX = "A2A_BRIDGE_"
+DEMO_OPERATOR_TOKEN = "ops_demo_5b9e"
+"""The operator's token in the demo (no principal configured, no --require-auth); it exists nowhere else."""
 ENV_CONFIG = "A2A_BRIDGE_CONFIG"
 ENV_PRINCIPALS = "A2A_BRIDGE_PRINCIPALS"
 ENV_REQUIRE_AUTH = "A2A_BRIDGE_REQUIRE_AUTH"

@@ -31,6 +31,7 @@ from a2a_bridge.ledger import Ledger, TaskRecord
 from a2a_bridge.states import is_terminal, state_name
 from a2a_bridge.task_host import TaskHost
 from a2a_bridge.task_status import action_requests, status_object
+from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 
 if TYPE_CHECKING:
     from a2a_bridge.app import Bridge
@@ -268,7 +269,6 @@ class SecurityHeaders:
 
 def console_app(bridge: "Bridge") -> ASGIApp:
     """The console over a bridge's agents; it tells whether the server accepts the demo operator token."""
-    from a2a_bridge.cli import DEMO_OPERATOR_TOKEN
 
     tokens = {token: principal for agent in bridge.agents.values() for token, principal in agent.tokens.items()}
     demo = tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator"

@@ -13,6 +13,7 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TOKEN_ENV = "A2A_BRIDGE_TOKEN"
@@ -235,7 +236,6 @@ def command(args: argparse.Namespace) -> int:
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add `tasks`, `status`, `approve`, `reconcile` and `cancel` to the a2a-bridge command."""
-    from a2a_bridge.cli import DEMO_OPERATOR_TOKEN
 
     def add(name: str, help_text: str, action: Any, task: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)

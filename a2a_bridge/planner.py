@@ -38,6 +38,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
 from a2a_bridge.delegation import ON_BEHALF_OF
+from a2a_bridge.kit import KIT_PORTS
 
 SKILLS = ("run-tests", "review-diff", "deploy")
 AGENTS = ("test-runner", "code-reviewer", "deployer")
@@ -328,7 +329,6 @@ def hold_deploy(results: dict[str, Task | None]) -> str | None:
 def agent_bases(url: str, kit_host: str | None) -> list[str]:
     """Where each agent's card is: under the bridge's URL, or at the root of each kit port on `kit_host`."""
     if kit_host:
-        from a2a_bridge.cli import KIT_PORTS
 
         return [f"http://{kit_host}:{KIT_PORTS[name]}" for name in AGENTS]
     return [f"{url.rstrip('/')}/{name}" for name in AGENTS]

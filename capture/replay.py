@@ -34,7 +34,6 @@ Rules, in the order a transcript is played:
 - A body is sent exactly as recorded, ids aside, so a malformed body (11 #7) stays malformed.
 """
 
-import argparse
 import json
 import re
 import threading
@@ -51,8 +50,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from capture import allowances
-from capture.allowances import AllowError, Allowed, AllowList
+from capture.allowances import Allowed, AllowList
 from capture.compare import UUID, Difference, Ids, compare, short
 from capture.transcript import Block, Headers, Response, Transcript, TranscriptError, load
 
@@ -671,32 +669,3 @@ def replay(
     if junit is not None:
         write_junit(results, junit)
     return results
-
-
-def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add `replay` to the a2a-bridge command."""
-    command = commands.add_parser("replay", help="replay .http transcripts against live servers and compare")
-    command.add_argument("files", nargs="+", type=Path, metavar="FILE.http")
-    command.add_argument(
-        "--map", action="append", default=[], metavar="HOST:PORT=BASE_URL",
-        help="send blocks whose Host is HOST:PORT to BASE_URL (repeat for each host)",
-    )
-    command.add_argument("--allow", type=Path, action="append", default=[], metavar="FILE", help="TOML file of documented differences")
-    command.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
-    command.add_argument("--deadline", type=float, default=DEADLINE, help="seconds to wait for events, progress and webhooks")
-    command.set_defaults(run=main, log_level="warning")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run `a2a-bridge replay`; 0 when every block passed, 1 on any failure, 2 on a usage error."""
-    from capture.console import RichReporter
-
-    reporter = RichReporter()
-    try:
-        allowed = AllowList(tuple(entry for path in args.allow for entry in allowances.load(path).entries))
-        results = replay(args.files, parse_maps(args.map), allowed, args.junit, reporter, args.deadline)
-    except (UsageError, AllowError) as error:
-        reporter.error(str(error))
-        return 2
-    return 0 if all(result.passed for result in results) else 1
-

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from a2a_bridge.auth import Principal
-from a2a_bridge.cli import DEMO_OPERATOR_TOKEN, kit_url, parser, security
+from a2a_bridge.cli import kit_url, parser, security
+from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 from a2a_bridge.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
 
 FILE = """

@@ -1,0 +1,37 @@
+"""`a2a-bridge replay`: the command's options, and its run with the terminal reporter (`capture.console`)."""
+
+import argparse
+from pathlib import Path
+
+from capture import allowances
+from capture.allowances import AllowError
+from capture.console import RichReporter
+from capture.allowances import AllowList
+from capture.replay import DEADLINE, UsageError, parse_maps, replay
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add `replay` to the a2a-bridge command."""
+    command = commands.add_parser("replay", help="replay .http transcripts against live servers and compare")
+    command.add_argument("files", nargs="+", type=Path, metavar="FILE.http")
+    command.add_argument(
+        "--map", action="append", default=[], metavar="HOST:PORT=BASE_URL",
+        help="send blocks whose Host is HOST:PORT to BASE_URL (repeat for each host)",
+    )
+    command.add_argument("--allow", type=Path, action="append", default=[], metavar="FILE", help="TOML file of documented differences")
+    command.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
+    command.add_argument("--deadline", type=float, default=DEADLINE, help="seconds to wait for events, progress and webhooks")
+    command.set_defaults(run=main, log_level="warning")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `a2a-bridge replay`; 0 when every block passed, 1 on any failure, 2 on a usage error."""
+    reporter = RichReporter()
+    try:
+        allowed = AllowList(tuple(entry for path in args.allow for entry in allowances.load(path).entries))
+        results = replay(args.files, parse_maps(args.map), allowed, args.junit, reporter, args.deadline)
+    except (UsageError, AllowError) as error:
+        reporter.error(str(error))
+        return 2
+    return 0 if all(result.passed for result in results) else 1
+

@@ -1,0 +1,84 @@
+"""The layout docs/architecture.md promises: no import cycle among the project's modules (imports for type checking
+aside), the command line module at the top with nothing importing it, and no module of `a2a_bridge/` over 500 lines."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("a2a_bridge", "agents", "capture")
+MAX_LINES = 500
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imported(tree: ast.AST, known: dict[str, Path]) -> set[str]:
+    """The project's modules a module imports at run time, wherever the import stands."""
+    names: set[str] = set()
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if type_checking_only(node):
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        pending.extend(ast.iter_child_nodes(node))
+    return {name for name in names if name in known}
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported(ast.parse(path.read_text()), known) - {name} for name, path in known.items()}
+
+
+def cycle_from(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, as the modules along it, or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        path.append(name)
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (found := visit(target)) is not None:
+                return found
+        state[name] = 2
+        path.pop()
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (found := visit(name)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycle_among_the_projects_modules() -> None:
+    assert cycle_from(import_graph()) is None
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert cycle_from({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_nothing_imports_the_command_line_module_but_its_entry_point() -> None:
+    importers = sorted(name for name, targets in import_graph().items() if "a2a_bridge.cli" in targets)
+    assert importers == ["a2a_bridge.__main__"]
+
+
+def test_no_module_of_the_server_library_is_over_500_lines() -> None:
+    sizes = {path.name: len(path.read_text().splitlines()) for path in (ROOT / "a2a_bridge").glob("*.py")}
+    assert {name: size for name, size in sizes.items() if size > MAX_LINES} == {}
