@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -17,15 +18,18 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, header, is_operator, public_base
+from a2a_bridge.binding_paths import TrailingSlash
 from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints, StatusPolls
+from a2a_bridge.card_caching import card_response
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
+from a2a_bridge.extensions import RequiredExtensionsContextBuilder, required_extensions
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
-from a2a_bridge.media_type import A2AJsonErrors
+from a2a_bridge.media_type import BindingMediaTypes
 from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
@@ -56,6 +60,9 @@ class AgentSpec:
     retries: bool = True
     """Whether a messageId a caller sends again is a retry of that message (idempotent); off only where a client
     reuses messageIds by design."""
+    webhook_policy: WebhookPolicy | None = None
+    """Where this agent's webhooks may go, instead of the configuration's policy (the TCK's conformance agent: loopback
+    only, where the TCK's webhook receiver runs)."""
 
 
 @dataclass
@@ -71,6 +78,8 @@ class ServedAgent:
     """Streams open per principal, shared with the bridge's other agents."""
     direct_rpc: bool = True
     """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.direct_rpc`)."""
+    started: Callable[[], datetime | None] = lambda: None
+    """When the bridge started serving (None before), the cards' Last-Modified."""
 
     def card_for(self, base: str) -> AgentCard:
         """The public card with interface URLs that work from the caller's side, signed when a key is set."""
@@ -88,7 +97,8 @@ class ServedAgent:
         """Card, JSON-RPC, HTTP+JSON and operator routes, relative to where the agent is mounted."""
 
         async def card(request: Request) -> Response:
-            return JSONResponse(agent_card_to_dict(self.card_for(public_base(request, builder.base_path))))
+            body = JSONResponse(agent_card_to_dict(self.card_for(public_base(request, builder.base_path)))).body
+            return card_response(request, body, self.started())
 
         open_approvals = not self.security.require_auth
         endpoints = BridgeEndpoints(self.host, builder.identity, is_operator, open_approvals)
@@ -109,20 +119,20 @@ class ServedAgent:
         """The agent's routes behind the request limits, and behind the bearer gate when the agent requires a token
         (every agent under require_auth, the approval link too); the direct path for the hot JSON-RPC methods right
         behind the limits, and the unchanged Task Status poll (304) in front of them."""
-        builder = BridgeContextBuilder(self.tokens, base_path)
+        builder = RequiredExtensionsContextBuilder(self.tokens, base_path, required_extensions(self.spec.card))
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
         app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
         if self.direct_rpc:
             app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
-        app = A2AJsonErrors(app, REST_PATH)
+        app = BindingMediaTypes(app, JSONRPC_PATH, REST_PATH)
         app = StatusPolls(app, self.host, self.principal_name)
         if self.security.require_auth:
             protected = (JSONRPC_PATH, REST_PATH, TASKS_PATH, APPROVE_PATH)
             app = BearerGate(app, self.spec.name, self.tokens, protected=protected)
         elif self.spec.tokens is not None:
             app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH, TASKS_PATH))
-        return app
+        return TrailingSlash(app, (JSONRPC_PATH, REST_PATH))
 
 
 def interfaces(base: str) -> list[AgentInterface]:
@@ -156,14 +166,19 @@ class Bridge:
         self.security = security or SecurityConfig()
         self.principals = {**self.security.principals, **(principals or {})}
         self.slots = StreamSlots(self.security.limits.max_streams)
-        policy = WebhookPolicy(self.security.webhook_networks)
-        self.webhooks = webhook_client(policy)
+        self.started_at: datetime | None = None
+        """When start-up began, the cards' Last-Modified (None before)."""
+        configured = WebhookPolicy(self.security.webhook_networks)
+        policies = {spec.name: spec.webhook_policy or configured for spec in specs}
+        self.webhooks = {policy: webhook_client(policy) for policy in dict.fromkeys([configured, *policies.values()])}
+        """One webhook client per webhook policy (the agents share the configuration's unless they have their own)."""
         self.agents: dict[str, ServedAgent] = {}
         base = settings or HostSettings()
         for spec in specs:
+            policy = policies[spec.name]
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
-            push = PushDispatcher.over(self.webhooks, push_store, policy) if push_enabled else None
+            push = PushDispatcher.over(self.webhooks[policy], push_store, policy) if push_enabled else None
             host = TaskHost(
                 spec.name,
                 spec.executor,
@@ -184,12 +199,15 @@ class Bridge:
             )
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
-            self.agents[spec.name] = ServedAgent(spec, host, handler, tokens, self.security, self.slots, direct_rpc)
+            self.agents[spec.name] = ServedAgent(
+                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at
+            )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         await self.stores.initialize()
-        session = await self.ledger.start_session(self.clock.now())
+        self.started_at = self.clock.now()
+        session = await self.ledger.start_session(self.started_at)
         for agent in self.agents.values():
             await agent.host.start(session)
         watch = asyncio.ensure_future(self.stores.health.watch())
@@ -203,7 +221,8 @@ class Bridge:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.security.limits.shutdown_timeout / 4):
                 await asyncio.gather(*pushes)
-        await self.webhooks.aclose()
+        for client in self.webhooks.values():
+            await client.aclose()
         await self.ledger.close()
         await self.stores.close()
 
