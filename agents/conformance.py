@@ -68,11 +68,9 @@ VARIANTS: dict[str, Variant] = {
 
 def card(name: str = "conformance") -> AgentCard:
     variant = VARIANTS[name]
-    capabilities = AgentCapabilities(
-        streaming=variant.streaming,
-        push_notifications=variant.push_notifications,
-        extended_agent_card=variant.extended_card,
-    )
+    capabilities = AgentCapabilities(streaming=variant.streaming, push_notifications=variant.push_notifications)
+    if variant.extended_card:
+        capabilities.extended_agent_card = True
     if variant.required_extension:
         capabilities.extensions.append(
             AgentExtension(uri=REQUIRED_EXTENSION, description="Required by the TCK's CORE-CAP-004", required=True)
