@@ -98,7 +98,7 @@ class ServedAgent:
 
         async def card(request: Request) -> Response:
             body = JSONResponse(agent_card_to_dict(self.card_for(public_base(request, builder.base_path)))).body
-            return card_response(request, body, self.started())
+            return card_response(request, body, self.spec.card.SerializeToString(deterministic=True), self.started())
 
         open_approvals = not self.security.require_auth
         endpoints = BridgeEndpoints(self.host, builder.identity, is_operator, open_approvals)

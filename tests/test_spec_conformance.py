@@ -209,7 +209,9 @@ def test_the_card_has_cache_control_an_etag_and_last_modified(served: ServerProc
     first = httpx.get(url, timeout=10)
     assert first.status_code == 200 and "max-age=" in first.headers["cache-control"]
     etag, modified = first.headers["etag"], first.headers["last-modified"]
-    assert etag.startswith('"') and httpx.get(url, timeout=10).headers["etag"] == etag
+    assert etag.startswith('W/"') and httpx.get(url, timeout=10).headers["etag"] == etag
+    assert httpx.get(f"{KIT}/.well-known/agent-card.json", timeout=10).headers["etag"] == etag
+    assert httpx.get(url, headers={"If-None-Match": etag.removeprefix("W/")}, timeout=10).status_code == 304
     again = httpx.get(url, headers={"If-None-Match": etag}, timeout=10)
     assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
     since = httpx.get(url, headers={"If-Modified-Since": modified}, timeout=10)
