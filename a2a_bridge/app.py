@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -26,6 +27,7 @@ from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
 from a2a_bridge.extensions import RequiredExtensionsContextBuilder, required_extensions
+from a2a_bridge.grpc_binding import BridgeGrpcContextBuilder, GrpcAgent, GrpcServers
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
@@ -66,6 +68,37 @@ class AgentSpec:
 
 
 @dataclass
+class Interfaces:
+    """An agent's interfaces as a caller at `base` reaches them: both JSON bindings, and gRPC once its port is bound
+    (at the host name the caller used)."""
+
+    grpc_port: int | None = None
+
+    def __call__(self, base: str) -> list[AgentInterface]:
+        found = [
+            AgentInterface(url=f"{base}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=f"{base}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"),
+        ]
+        if self.grpc_port is not None:
+            host = urllib.parse.urlsplit(base).hostname or "127.0.0.1"
+            address = f"[{host}]" if ":" in host else host
+            found.append(
+                AgentInterface(url=f"{address}:{self.grpc_port}", protocol_binding="GRPC", protocol_version="1.0")
+            )
+        return found
+
+
+@dataclass
+class GrpcSettings:
+    """`serve --grpc-port`: every agent also on gRPC, at `host`, from `first_port` on (0: a free port each); `http`
+    is the HTTP base URL the agents' links point to from a gRPC call."""
+
+    host: str
+    first_port: int
+    http: str
+
+
+@dataclass
 class ServedAgent:
     """An agent wired to its store and handler; shared by every address it is served at."""
 
@@ -80,12 +113,13 @@ class ServedAgent:
     """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.direct_rpc`)."""
     started: Callable[[], datetime | None] = lambda: None
     """When the bridge started serving (None before), the cards' Last-Modified."""
+    interfaces: Interfaces = field(default_factory=Interfaces)
 
     def card_for(self, base: str) -> AgentCard:
         """The public card with interface URLs that work from the caller's side, signed when a key is set."""
         card = AgentCard()
         card.CopyFrom(self.spec.card)
-        card.supported_interfaces.extend(interfaces(base))
+        card.supported_interfaces.extend(self.interfaces(base))
         if self.spec.signing_key:
             sign = create_agent_card_signer(
                 self.spec.signing_key, {"alg": "HS256", "typ": "JOSE", "kid": f"{self.spec.name}-key-1"}  # type: ignore[typeddict-item]
@@ -135,13 +169,6 @@ class ServedAgent:
         return TrailingSlash(app, (JSONRPC_PATH, REST_PATH))
 
 
-def interfaces(base: str) -> list[AgentInterface]:
-    return [
-        AgentInterface(url=f"{base}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"),
-        AgentInterface(url=f"{base}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"),
-    ]
-
-
 class Bridge:
     """Every served agent, the stores behind them and the webhook client they share."""
 
@@ -155,9 +182,13 @@ class Bridge:
         principals: dict[str, Principal] | None = None,
         security: SecurityConfig | None = None,
         direct_rpc: bool = True,
+        grpc: GrpcSettings | None = None,
     ) -> None:
         """`principals` add to those of `security`; under `security.require_auth` the agents' demo tokens are not
-        accepted. `direct_rpc=False` leaves every JSON-RPC request to the SDK's dispatcher."""
+        accepted. `direct_rpc=False` leaves every JSON-RPC request to the SDK's dispatcher; `grpc` serves every agent
+        on gRPC too."""
+        self.grpc = grpc
+        self.grpc_servers: GrpcServers | None = None
         self.stores = stores
         self.started = False
         """True from the end of start-up (recovery done) to the start of shutdown: what /readyz reports."""
@@ -194,13 +225,14 @@ class Bridge:
                     max_task_bytes=self.security.limits.max_task_bytes,
                 ),
             )
+            agent_interfaces = Interfaces()
             handler = BridgeRequestHandler(
-                spec.card, host, spec.extended_card, interfaces, spec.retries, self.security.limits, policy
+                spec.card, host, spec.extended_card, agent_interfaces, spec.retries, self.security.limits, policy
             )
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
             self.agents[spec.name] = ServedAgent(
-                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at
+                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at, agent_interfaces
             )
 
     @contextlib.asynccontextmanager
@@ -210,11 +242,15 @@ class Bridge:
         session = await self.ledger.start_session(self.started_at)
         for agent in self.agents.values():
             await agent.host.start(session)
+        if self.grpc is not None:
+            await self._start_grpc(self.grpc)
         watch = asyncio.ensure_future(self.stores.health.watch())
         self.started = True
         yield
         self.started = False
         watch.cancel()
+        if self.grpc_servers is not None:
+            await self.grpc_servers.stop()
         for agent in self.agents.values():
             await agent.host.stop()
         pushes = [agent.host.push.drain() for agent in self.agents.values() if agent.host.push is not None]
@@ -225,6 +261,21 @@ class Bridge:
             await client.aclose()
         await self.ledger.close()
         await self.stores.close()
+
+    async def _start_grpc(self, settings: GrpcSettings) -> None:
+        """Every agent on a gRPC port of its own, with the callers, limits and handler of its JSON bindings."""
+        self.grpc_servers = GrpcServers(settings.host, settings.first_port, self.security.limits, self.slots)
+        grpc_agents = [
+            GrpcAgent(
+                name,
+                agent.handler,
+                BridgeGrpcContextBuilder(agent.tokens, f"{settings.http}/{name}", required_extensions(agent.spec.card)),
+                self.security.require_auth or agent.spec.tokens is not None,
+            )
+            for name, agent in self.agents.items()
+        ]
+        for name, port in (await self.grpc_servers.start(grpc_agents)).items():
+            self.agents[name].interfaces.grpc_port = port
 
     def app(self) -> Starlette:
         """All agents, each under /{name}/, with an index at /."""
