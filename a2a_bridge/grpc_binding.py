@@ -1,7 +1,8 @@
 """The gRPC binding: each agent on a port of its own, served by the SDK's `GrpcHandler` over the same
 `BridgeRequestHandler` as the JSON bindings, with the same callers (bearer tokens in the `authorization` metadata,
-UNAUTHENTICATED where the agent needs one), `A2A-Version` check, required extensions, limits (message size, U+0000,
-streams per principal) and the gRPC status codes of the specification's table."""
+UNAUTHENTICATED where the agent needs one), `A2A-Version` check, required extensions, limits (message size, what the
+stores can hold as `a2a_bridge.storable` checks it for JSON bodies, streams per principal) and the gRPC status codes
+of the specification's table."""
 
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable
@@ -27,7 +28,8 @@ from a2a_bridge.config import Limits
 from a2a_bridge.error_codes import codes_for
 from a2a_bridge.extensions import check_required
 from a2a_bridge.jsonrpc import GENERIC_MESSAGES, sanitized
-from a2a_bridge.limits import NUL_REFUSED, StreamSlots, holds_nul
+from a2a_bridge.limits import StreamSlots
+from a2a_bridge.storable import NOT_FINITE, first_flaw
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +124,16 @@ class BridgeGrpcHandler(GrpcHandler):
         self.slots = slots
 
     async def _admit(self, request: message.Message, context: grpc.aio.ServicerContext) -> None:
-        """UNAUTHENTICATED without a known token where the agent needs one; -32602 for a U+0000 in any string."""
+        """UNAUTHENTICATED without a known token where the agent needs one; INVALID_ARGUMENT naming the first value
+        the stores cannot hold (U+0000, a number that is not finite, nesting past the limit)."""
         if self.needs_token and self.builder.principal(context) is None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED)
-        if holds_nul(MessageToDict(request)):
-            raise errors.invalid_field("", NUL_REFUSED)
+        try:
+            flaw = first_flaw(MessageToDict(request))
+        except ValueError:
+            raise errors.invalid_field("", NOT_FINITE) from None
+        if flaw is not None:
+            raise errors.invalid_field(flaw.path, flaw.reason)
 
     async def _handle_unary(
         self,

@@ -75,6 +75,7 @@ def test_a_task_sent_over_grpc_is_the_task_the_json_bindings_see(
         ("odd media type", grpc.StatusCode.INVALID_ARGUMENT, "CONTENT_TYPE_NOT_SUPPORTED"),
         ("no extended card", grpc.StatusCode.FAILED_PRECONDITION, "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
         ("NUL", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS"),
+        ("NaN", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_PARAMS"),
     ],
 )
 def test_errors_have_the_specifications_status_and_reason(
@@ -94,8 +95,12 @@ def test_errors_have_the_specifications_status_and_reason(
             stub.SendMessage(a2a_pb2.SendMessageRequest(message=odd), metadata=VERSION)
         elif call == "no extended card":
             stub.GetExtendedAgentCard(a2a_pb2.GetExtendedAgentCardRequest(), metadata=VERSION)
-        else:
+        elif call == "NUL":
             stub.SendMessage(a2a_pb2.SendMessageRequest(message=message("nul-1", "a\x00b")), metadata=VERSION)
+        else:
+            odd_number = message("nan-1")
+            odd_number.metadata["x"] = float("nan")
+            stub.SendMessage(a2a_pb2.SendMessageRequest(message=odd_number), metadata=VERSION)
     assert raised.value.code() == code  # type: ignore[attr-defined]
     assert error_reason(raised.value) == reason
 
