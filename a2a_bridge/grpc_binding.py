@@ -19,6 +19,7 @@ from a2a.utils.errors import A2A_ERROR_REASONS, A2AError, InternalError, Invalid
 from a2a.utils.grpc_status import status_to_grpc
 from a2a.utils.proto_utils import validation_errors_to_bad_request
 from google.protobuf import any_pb2, message
+from google.protobuf.json_format import Error as JsonFormatError
 from google.protobuf.json_format import MessageToDict
 from google.rpc import error_details_pb2, status_pb2
 
@@ -130,7 +131,7 @@ class BridgeGrpcHandler(GrpcHandler):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED)
         try:
             flaw = first_flaw(MessageToDict(request))
-        except ValueError:
+        except (ValueError, JsonFormatError):
             raise errors.invalid_field("", NOT_FINITE) from None
         if flaw is not None:
             raise errors.invalid_field(flaw.path, flaw.reason)
