@@ -1,4 +1,4 @@
-"""Assembles the Starlette application: each agent's card, both A2A bindings and its operator endpoints."""
+"""Assembles the Starlette application: each agent's card, its A2A bindings (and gRPC servers) and its operator endpoints."""
 
 import asyncio
 import contextlib
