@@ -1,4 +1,5 @@
-"""Assembles the Starlette application: each agent's card, its A2A bindings (and gRPC servers) and its operator endpoints."""
+"""Assembles the Starlette application: each agent's card, its A2A bindings (and its gRPC server) and its operator
+endpoints."""
 
 import asyncio
 import contextlib
@@ -232,7 +233,8 @@ class Bridge:
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
             self.agents[spec.name] = ServedAgent(
-                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at, agent_interfaces
+                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at,
+                agent_interfaces,
             )
 
     @contextlib.asynccontextmanager

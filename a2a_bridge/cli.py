@@ -158,7 +158,7 @@ async def serve(args: argparse.Namespace) -> None:
         lambda: str(uuid.uuid4()),
         settings,
         security=args.security,
-        grpc=GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}") if args.grpc_port is not None else None,
+        grpc=None if args.grpc_port is None else GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}"),
     )
     app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()

@@ -184,7 +184,8 @@ class BridgeGrpcHandler(GrpcHandler):
     async def abort_context(self, error: A2AError, context: grpc.aio.ServicerContext) -> None:
         """The error as a rich gRPC status: the specification's code, ErrorInfo, never parser or exception text."""
         cleaned = sanitized(error)
-        status = rich_status(cleaned if isinstance(cleaned, A2AError) else InternalError(GENERIC_MESSAGES[InternalError]))
+        known = cleaned if isinstance(cleaned, A2AError) else InternalError(GENERIC_MESSAGES[InternalError])
+        status = rich_status(known)
         rich = status_to_grpc(status)
         context.set_trailing_metadata(tuple(rich.trailing_metadata))
         await context.abort(rich.code, rich.details)

@@ -97,7 +97,8 @@ def free_port() -> int:
 def serving(log: Path) -> Iterator[str]:
     """`a2a-bridge serve` with the conformance agent and its variants; yields its base URL once every card answers."""
     port = free_port()
-    command = [sys.executable, "-m", "a2a_bridge", "serve", "--store", "memory", "--port", str(port), "--grpc-port", "0"]
+    command = [sys.executable, "-m", "a2a_bridge", "serve", "--store", "memory", "--port", str(port)]
+    command += ["--grpc-port", "0"]
     command += [arg for name in VARIANTS for arg in ("--agent", name)]
     env = {**os.environ, "TCK_STREAMING_TIMEOUT": STREAMING_TIMEOUT}
     base = f"http://127.0.0.1:{port}"
