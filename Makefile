@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help run test bench bench-quick bench-setup clean
+.PHONY: help run test tck bench bench-quick bench-setup clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ run: $(STAMP) ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000
 test: $(STAMP) ## run the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+tck: $(STAMP) ## the A2A TCK (../shared/a2a-tck, copied to .tck/ with its own venv) against the conformance agent on every binding (~3 min)
+	$(BIN)/python -m tck_run.run $(TCK_ARGS)
+
 # @a2a-js/sdk where npm is installed.
 bench-setup: $(STAMP)
 	@if command -v npm >/dev/null && [ ! -d interop/js/node_modules/@a2a-js/sdk ]; then \
@@ -33,4 +36,4 @@ bench-quick: bench-setup ## one short round of `make bench` with smaller stores,
 	$(BIN)/python -m bench.run --quick --no-write $(BENCH_ARGS)
 
 clean: ## remove the virtualenv, caches and the default database
-	rm -rf $(VENV) build .pytest_cache a2a-bridge.db *.egg-info
+	rm -rf $(VENV) build .pytest_cache a2a-bridge.db *.egg-info .tck

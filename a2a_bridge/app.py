@@ -1,9 +1,12 @@
-"""Assembles the Starlette application: each agent's card, both A2A bindings and its operator endpoints."""
+"""Assembles the Starlette application: each agent's card, its A2A bindings (and its gRPC server) and its operator
+endpoints."""
 
 import asyncio
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -17,16 +20,20 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
+from a2a_bridge.binding_paths import TrailingSlash
 from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints, StatusPolls
+from a2a_bridge.card_caching import card_response
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
+from a2a_bridge.extensions import RequiredExtensionsContextBuilder, required_extensions
+from a2a_bridge.grpc_binding import BridgeGrpcContextBuilder, GrpcAgent, GrpcServers
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
-from a2a_bridge.media_type import A2AJsonErrors
+from a2a_bridge.media_type import BindingMediaTypes
 from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
 from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
@@ -57,6 +64,40 @@ class AgentSpec:
     retries: bool = True
     """Whether a messageId a caller sends again is a retry of that message (idempotent); off only where a client
     reuses messageIds by design."""
+    webhook_policy: WebhookPolicy | None = None
+    """Where this agent's webhooks may go, instead of the configuration's policy (the TCK's conformance agent: loopback
+    only, where the TCK's webhook receiver runs)."""
+
+
+@dataclass
+class Interfaces:
+    """An agent's interfaces as a caller at `base` reaches them: both JSON bindings, and gRPC once its port is bound
+    (at the host name the caller used)."""
+
+    grpc_port: int | None = None
+
+    def __call__(self, base: str) -> list[AgentInterface]:
+        found = [
+            AgentInterface(url=f"{base}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=f"{base}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"),
+        ]
+        if self.grpc_port is not None:
+            host = urllib.parse.urlsplit(base).hostname or "127.0.0.1"
+            address = f"[{host}]" if ":" in host else host
+            found.append(
+                AgentInterface(url=f"{address}:{self.grpc_port}", protocol_binding="GRPC", protocol_version="1.0")
+            )
+        return found
+
+
+@dataclass
+class GrpcSettings:
+    """`serve --grpc-port`: every agent also on gRPC, at `host`, from `first_port` on (0: a free port each); `http`
+    is the HTTP base URL the agents' links point to from a gRPC call."""
+
+    host: str
+    first_port: int
+    http: str
 
 
 @dataclass
@@ -72,12 +113,15 @@ class ServedAgent:
     """Streams open per principal, shared with the bridge's other agents."""
     direct_rpc: bool = True
     """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.direct_rpc`)."""
+    started: Callable[[], datetime | None] = lambda: None
+    """When the bridge started serving (None before), the cards' Last-Modified."""
+    interfaces: Interfaces = field(default_factory=Interfaces)
 
     def card_for(self, base: str) -> AgentCard:
         """The public card with interface URLs that work from the caller's side, signed when a key is set."""
         card = AgentCard()
         card.CopyFrom(self.spec.card)
-        card.supported_interfaces.extend(interfaces(base))
+        card.supported_interfaces.extend(self.interfaces(base))
         if self.spec.signing_key:
             sign = create_agent_card_signer(
                 self.spec.signing_key, {"alg": "HS256", "typ": "JOSE", "kid": f"{self.spec.name}-key-1"}  # type: ignore[typeddict-item]
@@ -89,7 +133,8 @@ class ServedAgent:
         """Card, JSON-RPC, HTTP+JSON and operator routes, relative to where the agent is mounted."""
 
         async def card(request: Request) -> Response:
-            return JSONResponse(agent_card_to_dict(self.card_for(self.card_base(request, builder))))
+            body = JSONResponse(agent_card_to_dict(self.card_for(self.card_base(request, builder)))).body
+            return card_response(request, body, self.spec.card.SerializeToString(deterministic=True), self.started())
 
         open_approvals = not self.security.require_auth
         demo_owners = frozenset({"", *(p.name for p in (self.spec.tokens or {}).values())})
@@ -123,27 +168,20 @@ class ServedAgent:
         (every agent under require_auth, the approval link too); the direct path for the hot JSON-RPC methods right
         behind the limits, and the unchanged Task Status poll (304) in front of them. `public_url` is the address of
         the server (or of this agent's own port) that cards and links name."""
-        builder = BridgeContextBuilder(self.tokens, base_path, public_url)
+        builder = RequiredExtensionsContextBuilder(self.tokens, base_path, required_extensions(self.spec.card), public_url)
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
         app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
         if self.direct_rpc:
             app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
-        app = A2AJsonErrors(app, REST_PATH)
+        app = BindingMediaTypes(app, JSONRPC_PATH, REST_PATH)
         app = StatusPolls(app, self.host, self.principal_name)
         if self.security.require_auth:
             protected = (JSONRPC_PATH, REST_PATH, TASKS_PATH, APPROVE_PATH)
             app = BearerGate(app, self.spec.name, self.tokens, protected=protected)
         elif self.spec.tokens is not None:
             app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH, TASKS_PATH))
-        return app
-
-
-def interfaces(base: str) -> list[AgentInterface]:
-    return [
-        AgentInterface(url=f"{base}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"),
-        AgentInterface(url=f"{base}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"),
-    ]
+        return TrailingSlash(app, (JSONRPC_PATH, REST_PATH))
 
 
 class Bridge:
@@ -159,9 +197,13 @@ class Bridge:
         principals: dict[str, Principal] | None = None,
         security: SecurityConfig | None = None,
         direct_rpc: bool = True,
+        grpc: GrpcSettings | None = None,
     ) -> None:
         """`principals` add to those of `security`; under `security.require_auth` the agents' demo tokens are not
-        accepted. `direct_rpc=False` leaves every JSON-RPC request to the SDK's dispatcher."""
+        accepted. `direct_rpc=False` leaves every JSON-RPC request to the SDK's dispatcher; `grpc` serves every agent
+        on gRPC too."""
+        self.grpc = grpc
+        self.grpc_servers: GrpcServers | None = None
         self.stores = stores
         self.started = False
         """True from the end of start-up (recovery done) to the start of shutdown: what /readyz reports."""
@@ -170,14 +212,19 @@ class Bridge:
         self.security = security or SecurityConfig()
         self.principals = {**self.security.principals, **(principals or {})}
         self.slots = StreamSlots(self.security.limits.max_streams)
-        policy = WebhookPolicy(self.security.webhook_networks)
-        self.webhooks = webhook_client(policy)
+        self.started_at: datetime | None = None
+        """When start-up began, the cards' Last-Modified (None before)."""
+        configured = WebhookPolicy(self.security.webhook_networks)
+        policies = {spec.name: spec.webhook_policy or configured for spec in specs}
+        self.webhooks = {policy: webhook_client(policy) for policy in dict.fromkeys([configured, *policies.values()])}
+        """One webhook client per webhook policy (the agents share the configuration's unless they have their own)."""
         self.agents: dict[str, ServedAgent] = {}
         base = settings or HostSettings()
         for spec in specs:
+            policy = policies[spec.name]
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
-            push = PushDispatcher.over(self.webhooks, push_store, policy) if push_enabled else None
+            push = PushDispatcher.over(self.webhooks[policy], push_store, policy) if push_enabled else None
             host = TaskHost(
                 spec.name,
                 spec.executor,
@@ -193,33 +240,58 @@ class Bridge:
                     max_task_bytes=self.security.limits.max_task_bytes,
                 ),
             )
+            agent_interfaces = Interfaces()
             handler = BridgeRequestHandler(
-                spec.card, host, spec.extended_card, interfaces, spec.retries, self.security.limits, policy
+                spec.card, host, spec.extended_card, agent_interfaces, spec.retries, self.security.limits, policy
             )
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
-            self.agents[spec.name] = ServedAgent(spec, host, handler, tokens, self.security, self.slots, direct_rpc)
+            self.agents[spec.name] = ServedAgent(
+                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at,
+                agent_interfaces,
+            )
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         await self.stores.initialize()
-        session = await self.ledger.start_session(self.clock.now())
+        self.started_at = self.clock.now()
+        session = await self.ledger.start_session(self.started_at)
         for agent in self.agents.values():
             await agent.host.start(session)
+        if self.grpc is not None:
+            await self._start_grpc(self.grpc)
         watch = asyncio.ensure_future(self.stores.health.watch())
         self.started = True
         yield
         self.started = False
         watch.cancel()
+        if self.grpc_servers is not None:
+            await self.grpc_servers.stop()
         for agent in self.agents.values():
-            await agent.host.stop()
+            await agent.host.stop(self.security.limits.shutdown_timeout / 4)
         pushes = [agent.host.push.drain() for agent in self.agents.values() if agent.host.push is not None]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.security.limits.shutdown_timeout / 4):
                 await asyncio.gather(*pushes)
-        await self.webhooks.aclose()
+        for client in self.webhooks.values():
+            await client.aclose()
         await self.ledger.close()
         await self.stores.close()
+
+    async def _start_grpc(self, settings: GrpcSettings) -> None:
+        """Every agent on a gRPC port of its own, with the callers, limits and handler of its JSON bindings."""
+        self.grpc_servers = GrpcServers(settings.host, settings.first_port, self.security.limits, self.slots)
+        grpc_agents = [
+            GrpcAgent(
+                name,
+                agent.handler,
+                BridgeGrpcContextBuilder(agent.tokens, f"{settings.http}/{name}", required_extensions(agent.spec.card)),
+                self.security.require_auth or agent.spec.tokens is not None,
+            )
+            for name, agent in self.agents.items()
+        ]
+        for name, port in (await self.grpc_servers.start(grpc_agents)).items():
+            self.agents[name].interfaces.grpc_port = port
 
     def app(self) -> ASGIApp:
         """All agents, each under /{name}/, with an index at /, behind the request guard."""

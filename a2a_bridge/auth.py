@@ -70,7 +70,11 @@ def owner_context(owner: str) -> ServerCallContext:
 def bearer_token(scope: Scope) -> str | None:
     """The bearer token of a request's Authorization header: the one place that reads it. `request_guard` refuses a
     request that carries more than one, so every reader sees the same principal."""
-    value = header(scope, b"authorization") or ""
+    return bearer_of(header(scope, b"authorization") or "")
+
+
+def bearer_of(value: str) -> str | None:
+    """The token of one Authorization value when it is a bearer token (the gRPC binding reads its metadata with it)."""
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 

@@ -17,7 +17,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from a2a_bridge import observability, operator_cli, planner, remote_config
-from a2a_bridge.app import Bridge
+from a2a_bridge.app import Bridge, GrpcSettings
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import (
@@ -127,6 +127,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--store", default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://...")
     serve.add_argument("--kit-ports", action="store_true", help="also serve each agent at the root of its kit port")
+    serve.add_argument(
+        "--grpc-port", type=int, metavar="PORT",
+        help="also serve every agent on gRPC, one port each from PORT on in the order served (0: any free port each);"
+        " the cards list them",
+    )
     serve.add_argument("--pace", type=float, default=0.25, help="seconds the sample agents wait between steps")
     serve.add_argument("--deploy-ledger", type=Path, help="file the deployer appends each rollout to")
     serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
@@ -191,6 +196,7 @@ async def serve(args: argparse.Namespace) -> None:
         lambda: str(uuid.uuid4()),
         settings,
         security=args.security,
+        grpc=None if args.grpc_port is None else GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}"),
     )
     app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()

@@ -50,6 +50,10 @@ def push_not_supported() -> PushNotificationNotSupportedError:
     return PushNotificationNotSupportedError("Push notifications are not supported")
 
 
+def streaming_not_supported() -> UnsupportedOperationError:
+    return UnsupportedOperationError("Streaming is not supported by this agent")
+
+
 def version_not_supported(requested: str | None) -> VersionNotSupportedError:
     shown = requested if requested else "0.3 (no header)"
     return VersionNotSupportedError(

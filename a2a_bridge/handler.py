@@ -200,6 +200,7 @@ class BridgeRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
+        self._check_streaming()
         await self._checked(params, context)
         listener = Listener()
         task_id = await self.send(params, context, listener)
@@ -212,6 +213,7 @@ class BridgeRequestHandler(RequestHandler):
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
+        self._check_streaming()
         task, listener = await self.host.subscribe(params.id, context)
         try:
             yield self._history(task, None)
@@ -219,6 +221,11 @@ class BridgeRequestHandler(RequestHandler):
                 yield self._history(event, None) if isinstance(event, Task) else event
         finally:
             self.host.unsubscribe(params.id, listener)
+
+    def _check_streaming(self) -> None:
+        """Streaming methods of an agent whose card declares no streaming are refused (specification 3.3.4)."""
+        if not self.card.capabilities.streaming:
+            raise errors.streaming_not_supported()
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         self._check_history_length(params, "historyLength")

@@ -42,9 +42,10 @@ def sanitized(error: Exception | JSONRPCError | A2AError) -> Exception | JSONRPC
 
 
 class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
-    """Fixes two SDK defects in one place: JSON-RPC errors that carried the parser's or an exception's text, and
-    `params` that are not an object read as empty params; and logs one line, without a traceback, for each request
-    refused as the client's error (`a2a_bridge.refusal_logs`)."""
+    """Fixes SDK defects in one place: JSON-RPC errors that carried the parser's or an exception's text, `params` that
+    are not an object read as empty params, and DeleteTaskPushNotificationConfig answering `null` where its result is
+    google.protobuf.Empty, `{}` in JSON; and logs one line, without a traceback, for each request refused as the
+    client's error (`a2a_bridge.refusal_logs`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -66,6 +67,12 @@ class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
             if isinstance(method, str) and method in self.METHOD_TO_MODEL:
                 return self._generate_error_response(request_id, InvalidParamsError("params must be an object"))
         return await super().handle_requests(request)
+
+    async def _process_non_streaming_request(
+        self, request_obj: Any, context: ServerCallContext
+    ) -> dict[str, Any] | None:
+        result = await super()._process_non_streaming_request(request_obj, context)
+        return {} if result is None and context.state.get("method") == "DeleteTaskPushNotificationConfig" else result
 
     def _generate_error_response(
         self, request_id: str | int | None, error: Exception | JSONRPCError | A2AError

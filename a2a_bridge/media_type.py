@@ -1,35 +1,102 @@
-"""HTTP+JSON answers labelled application/a2a+json, errors included, as the specification says."""
+"""The media types of the A2A bindings: a request body must be JSON (`application/json` or `application/a2a+json`,
+both named by the specification), else ContentTypeNotSupportedError; a JSON answer, errors included, is labelled with
+the type the request asked for: the JSON type its Accept header prefers, else its own Content-Type, else
+`application/json`, the type the specification's binding sections (9.1, 11.1) name for responses."""
 
+from a2a.server.request_handlers.response_helpers import build_error_response
+from a2a.utils.error_handlers import build_rest_error_payload
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_bridge.auth import route_path
+from a2a_bridge import errors
+from a2a_bridge.auth import header, route_path
+from a2a_bridge.binding_paths import under
+from a2a_bridge.rest_errors import spec_status
 
-A2A_JSON = b"application/a2a+json"
-PLAIN_JSON = b"application/json"
+A2A_JSON = "application/a2a+json"
+PLAIN_JSON = "application/json"
+JSON_TYPES = (A2A_JSON, PLAIN_JSON)
+MAX_SHOWN = 100
+"""How much of a refused Content-Type the error repeats."""
 
 
-def is_plain_json(content_type: bytes) -> bool:
-    return content_type.split(b";")[0].strip().lower() == PLAIN_JSON
+def essence(value: str) -> str:
+    """A media type without its parameters, in lower case."""
+    return value.split(";", 1)[0].strip().lower()
 
 
-class A2AJsonErrors:
-    """Relabels the SDK's HTTP+JSON error responses, which it sends as application/json, with the A2A media type."""
+def quality(params: list[str]) -> float:
+    """The q parameter of an Accept item (1 when absent, 0 when unreadable)."""
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 0.0
+    return 1.0
 
-    def __init__(self, app: ASGIApp, binding_path: str) -> None:
+
+def preferred(accept: str) -> str | None:
+    """The JSON type an Accept header prefers (highest q, the first on a tie); None when it names neither."""
+    best, best_q = None, 0.0
+    for item in accept.split(","):
+        kind, *params = item.split(";")
+        q = quality(params)
+        if essence(kind) in JSON_TYPES and q > best_q:
+            best, best_q = essence(kind), q
+    return best
+
+
+def answer_type(scope: Scope) -> str:
+    """The type a JSON answer to this request is labelled with."""
+    asked = preferred(header(scope, b"accept") or "")
+    if asked is not None:
+        return asked
+    sent = essence(header(scope, b"content-type") or "")
+    return sent if sent in JSON_TYPES else PLAIN_JSON
+
+
+def has_body(scope: Scope) -> bool:
+    length = header(scope, b"content-length")
+    return header(scope, b"transfer-encoding") is not None or (length is not None and length.strip() != "0")
+
+
+class BindingMediaTypes:
+    """Refuses a request body that is not JSON with ContentTypeNotSupportedError (415 on HTTP+JSON, -32005 on
+    JSON-RPC) before anything reads it, and labels the JSON answers of both bindings with `answer_type`."""
+
+    def __init__(self, app: ASGIApp, jsonrpc_path: str, rest_path: str) -> None:
         self.app = app
-        self.binding_path = binding_path
+        self.jsonrpc_path = jsonrpc_path
+        self.binding_paths = (jsonrpc_path, rest_path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or f"{self.binding_path}/" not in route_path(scope):
+        if scope["type"] != "http" or not under(route_path(scope), self.binding_paths):
             await self.app(scope, receive, send)
+            return
+        label = answer_type(scope).encode()
+        sent = header(scope, b"content-type") or ""
+        if has_body(scope) and essence(sent) not in JSON_TYPES:
+            await self._refuse(scope, receive, send, sent)
             return
 
         async def relabel(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [
-                    (name, A2A_JSON if name.lower() == b"content-type" and is_plain_json(value) else value)
+                    (name, label if name.lower() == b"content-type" and essence(value.decode("latin-1")) in JSON_TYPES
+                     else value)
                     for name, value in message.get("headers", [])
                 ]
             await send(message)
 
         await self.app(scope, receive, relabel)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, sent: str) -> None:
+        error = errors.content_type_not_supported(essence(sent)[:MAX_SHOWN] or "(none)")
+        if route_path(scope) == self.jsonrpc_path:
+            response = JSONResponse(build_error_response(None, error), media_type=answer_type(scope))
+        else:
+            body, status = spec_status(build_rest_error_payload(error), 400)
+            response = JSONResponse(body, status_code=status, media_type=answer_type(scope))
+        await response(scope, receive, send)

@@ -1,5 +1,6 @@
-"""HTTP+JSON error answers that never echo parser or exception text: the one place that cleans what the SDK's REST
-error handler (`a2a.utils.error_handlers`) writes, as `a2a_bridge.jsonrpc` does for JSON-RPC."""
+"""HTTP+JSON error answers that never echo parser or exception text, with the status codes of the specification's
+table: the one place that corrects what the SDK's REST error handler (`a2a.utils.error_handlers`) writes, as
+`a2a_bridge.jsonrpc` does for JSON-RPC."""
 
 import json
 from typing import Any
@@ -9,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_bridge import refusal_logs
 from a2a_bridge.auth import route_path
+from a2a_bridge.error_codes import SPEC_TABLE
 
 INTERNAL = "Internal error"
 INVALID_REQUEST = "Invalid request payload"
@@ -43,16 +45,27 @@ def cleaned(payload: Any, status: int) -> dict[str, Any]:
         return {"error": {"code": status, "status": "INTERNAL" if status >= 500 else "INVALID_ARGUMENT",
                           "message": INTERNAL if status >= 500 else INVALID_REQUEST}}
     reason = _reason(error)
-    if status >= 500 and not (reason == "INTERNAL_ERROR" and _names_task(error)):
+    trusted = (reason == "INTERNAL_ERROR" and _names_task(error)) or reason == "INVALID_AGENT_RESPONSE"
+    if status >= 500 and not trusted:
         return {"error": {"code": status, "status": "INTERNAL", "message": INTERNAL}}
     if reason is None or reason == UNTRUSTED_REASON:
         return {"error": {**error, "message": INVALID_REQUEST}}
     return payload
 
 
+def spec_status(payload: dict[str, Any], status: int) -> tuple[dict[str, Any], int]:
+    """The error body and HTTP status with the code and status of the specification's table for an A2A error's
+    reason (409 for TaskNotCancelableError, 415 for ContentTypeNotSupportedError, ...); others as they are."""
+    error = payload["error"]
+    codes = SPEC_TABLE.get(_reason(error) or "")
+    if codes is None:
+        return payload, status
+    return {"error": {**error, "code": codes.http, "status": codes.grpc_status}}, codes.http
+
+
 class RestErrorText:
-    """Rewrites the HTTP+JSON binding's error bodies (status 400 and up, JSON) through `cleaned`; the SDK's log line
-    of each refusal stays one line (`a2a_bridge.refusal_logs`)."""
+    """Rewrites the HTTP+JSON binding's error bodies (status 400 and up, JSON) through `cleaned` and `spec_status`;
+    the SDK's log line of each refusal stays one line (`a2a_bridge.refusal_logs`)."""
 
     def __init__(self, app: ASGIApp, binding_path: str) -> None:
         self.app = app
@@ -93,8 +106,9 @@ class RestErrorText:
             payload: Any = json.loads(body)
         except ValueError:
             payload = None
-        text = json.dumps(cleaned(payload, status)).encode()
+        body, status = spec_status(cleaned(payload, status), status)
+        text = json.dumps(body).encode()
         headers = MutableHeaders(raw=list(start.get("headers", [])))
         headers["content-length"] = str(len(text))
-        await send({**start, "headers": headers.raw})
+        await send({**start, "status": status, "headers": headers.raw})
         await send({"type": "http.response.body", "body": text, "more_body": False})

@@ -26,10 +26,6 @@ from a2a_bridge.sweeps import Sweeps
 from a2a_bridge.task_writer import TaskWriter
 from a2a_bridge.turns import TurnRunner
 
-STOP_GRACE = 5.0
-"""Seconds a stopping host waits for its turns to store what they folded before it cancels them."""
-
-
 class TaskHost:
     """One agent's tasks: its store and ledger, its executor, and the live tasks of this process."""
 
@@ -88,7 +84,7 @@ class TaskHost:
         """Run one of the host's endless loops (sweeps, the replica watch) until it stops."""
         self._watchers.append(asyncio.ensure_future(loop))
 
-    async def stop(self, grace: float = STOP_GRACE) -> None:
+    async def stop(self, grace: float) -> None:
         """Stop within `grace` seconds: the loops end, running agents are stopped (their claims stay, recovered by
         the next process or another replica), and what their turns folded is stored if the store takes it."""
         for watcher in self._watchers:

@@ -12,7 +12,7 @@ from agents import bench, code_reviewer, conformance, deployer, test_runner
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
 DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"
 SAMPLE_AGENTS = ("test-runner", "code-reviewer", "deployer")
-AGENT_NAMES = (*SAMPLE_AGENTS, "conformance", "bench")
+AGENT_NAMES = (*SAMPLE_AGENTS, *conformance.VARIANTS, "bench")
 
 
 def ledger_writer(path: Path | None) -> Callable[[str, str], None]:
@@ -48,14 +48,17 @@ def sample_agents(pace: float = 0.25, new_id: Callable[[], str] | None = None, d
 def served_agents(
     names: Iterable[str], pace: float = 0.25, new_id: Callable[[], str] | None = None, deploy_ledger: Path | None = None
 ) -> list[AgentSpec]:
-    """The named agents, each once, in the order named: the sample agents, the TCK's conformance agent and the
-    benchmark's trivial agent."""
+    """The named agents, each once, in the order named: the sample agents, the TCK's conformance agent (and its
+    variants) and the benchmark's trivial agent."""
     specs = {spec.name: spec for spec in sample_agents(pace, new_id, deploy_ledger)}
-    specs["conformance"] = AgentSpec(
-        "conformance",
-        conformance.card(),
-        conformance.Conformance(conformance.streaming_timeout(), new_id=new_id),
-        retries=False,
-    )
+    for name in conformance.VARIANTS:
+        specs[name] = AgentSpec(
+            name,
+            conformance.card(name),
+            conformance.Conformance(conformance.streaming_timeout(), new_id=new_id),
+            extended_card=conformance.extended_card(name),
+            retries=False,
+            webhook_policy=conformance.LoopbackWebhooks(),
+        )
     specs["bench"] = AgentSpec("bench", bench.card(), bench.Bench())
     return [specs[name] for name in dict.fromkeys(names)]

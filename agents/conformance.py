@@ -2,14 +2,17 @@
 prefix of the user message's `messageId` (docs/conformance.md lists them and the TCK version they follow)."""
 
 import asyncio
+import ipaddress
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from a2a.server.agent_execution import RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
+    AgentExtension,
     AgentProvider,
     AgentSkill,
     Message,
@@ -18,6 +21,7 @@ from a2a.types import (
     TaskState,
 )
 
+from a2a_bridge.push import Address, Network, WebhookPolicy
 from agents.base import Emitter, KitAgent, Pause, data_part
 
 DEFAULT_STREAMING_TIMEOUT = 2.0
@@ -26,6 +30,10 @@ FILE_URL = "https://example.com/output.txt"
 FILE_NAME = "output.txt"
 FILE_BYTES = b"tck"
 DATA = {"key": "value", "count": 42}
+REQUIRED_EXTENSION = "urn:a2a:tck:required-extension"
+"""The extension the TCK looks for, marked required, to check ExtensionSupportRequiredError (CORE-CAP-004)."""
+
+LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 Behaviour = Callable[["Conformance", Emitter, RequestContext, EventQueue], Awaitable[None]]
 
@@ -35,13 +43,44 @@ def streaming_timeout() -> float:
     return float(os.environ.get("TCK_STREAMING_TIMEOUT") or DEFAULT_STREAMING_TIMEOUT)
 
 
-def card() -> AgentCard:
+@dataclass(frozen=True)
+class Variant:
+    """What a served conformance agent declares. The TCK checks some requirements only against a card that lacks a
+    capability (CORE-CAP-001, -002) or declares one no other test can live with (a required extension fails every
+    request that does not name it), so each such card is an agent of its own."""
+
+    streaming: bool = True
+    push_notifications: bool = True
+    extended_card: bool = False
+    """An extended card, declared and configured (CARD-EXT-001, -002)."""
+    required_extension: bool = False
+    """The TCK's required extension (CORE-CAP-004)."""
+
+
+VARIANTS: dict[str, Variant] = {
+    "conformance": Variant(),
+    "conformance-extended-card": Variant(extended_card=True),
+    "conformance-required-extension": Variant(required_extension=True),
+    "conformance-minimal": Variant(streaming=False, push_notifications=False),
+}
+"""The conformance agent and its variants, by the name each is served under (docs/conformance.md)."""
+
+
+def card(name: str = "conformance") -> AgentCard:
+    variant = VARIANTS[name]
+    capabilities = AgentCapabilities(streaming=variant.streaming, push_notifications=variant.push_notifications)
+    if variant.extended_card:
+        capabilities.extended_agent_card = True
+    if variant.required_extension:
+        capabilities.extensions.append(
+            AgentExtension(uri=REQUIRED_EXTENSION, description="Required by the TCK's CORE-CAP-004", required=True)
+        )
     return AgentCard(
-        name="conformance",
+        name=name,
         description="The system under test of the A2A TCK: each messageId prefix selects one scripted behaviour.",
         provider=AgentProvider(url="https://github.com/a2aproject/a2a-tck", organization="a2a-bridge"),
         version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=capabilities,
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[
@@ -53,6 +92,37 @@ def card() -> AgentCard:
             )
         ],
     )
+
+
+def extended_card(name: str) -> AgentCard | None:
+    """The extended card of a variant that declares one: its card with one more skill."""
+    if not VARIANTS[name].extended_card:
+        return None
+    extended = card(name)
+    extended.skills.add(
+        id="tck-extended",
+        name="TCK extended card",
+        description="Shown only in the extended agent card.",
+        tags=["tck", "extended"],
+    )
+    return extended
+
+
+async def loopback_resolver(_host: str, _port: int) -> list[str]:
+    """Every webhook host taken as this machine: the TCK's receiver runs beside the server, and the placeholder URLs
+    its configuration tests store (https://example.com/...) must be accepted without any traffic leaving it."""
+    return ["127.0.0.1"]
+
+
+@dataclass(frozen=True)
+class LoopbackWebhooks(WebhookPolicy):
+    """The conformance agent's webhook policy: loopback addresses only, host names resolved to 127.0.0.1."""
+
+    allowed_networks: tuple[Network, ...] = LOOPBACK
+    resolve: Callable[[str, int], Awaitable[list[str]]] | None = loopback_resolver
+
+    def allows(self, address: Address) -> bool:
+        return any(address in network for network in self.allowed_networks if address.version == network.version)
 
 
 def text_part(text: str) -> Part:

@@ -46,8 +46,10 @@ LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 """Where the capture's webhook receiver listens: webhooks to private addresses are refused unless allowed."""
 WAIT = 20.0
 """Seconds any step of the driver may wait before the capture fails."""
-UNRECORDED_HEADERS = frozenset({"date", "server", "content-length", "transfer-encoding", "connection", "keep-alive"})
-"""Response headers that say nothing about the exchange."""
+UNRECORDED_HEADERS = frozenset(
+    {"date", "server", "content-length", "transfer-encoding", "connection", "keep-alive", "last-modified"}
+)
+"""Response headers that say nothing about the exchange (a card's Last-Modified is when its server started)."""
 HOOK_HEADERS = ("content-type", "authorization", "x-a2a-notification-token")
 """The webhook request headers a transcript records (the others are the HTTP client's)."""
 HEADER_NAMES = {"www-authenticate": "WWW-Authenticate", "etag": "ETag", "x-a2a-notification-token": "X-A2A-Notification-Token"}

@@ -71,7 +71,7 @@ def test_the_card_is_served_and_only_the_named_agent_is() -> None:
     finally:
         process.stop()
     assert card["name"] == "conformance"
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     assert [skill["id"] for skill in card["skills"]] == ["tck"]
     assert {(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]} == {
         ("JSONRPC", process.agent("conformance") + "/a2a/jsonrpc"),

@@ -245,7 +245,7 @@ def scenario(server: Served) -> list[tuple[str, str]]:
     call("GetTask params that do not parse", SDK, envelope("GetTask", {"id": 5}))
     with_bom = b"\xef\xbb\xbf" + httpx.Request("POST", "/", json=envelope("SendMessage", message("bom"))).content
     call("byte order mark", SDK, with_bom)
-    call("trailing slash", NEITHER, envelope("SendMessage", message("hello")), path="/bench/a2a/jsonrpc/")
+    call("trailing slash", DIRECT, envelope("SendMessage", message("hello")), path="/bench/a2a/jsonrpc/")
     return expected
 
 

@@ -43,8 +43,10 @@ ALLOWANCES: dict[str, frozenset[Allowance]] = {
     "12-list-tasks": frozenset({ORDER, Allowance.PRINTED_DEFAULTS}),
     "13-history": frozenset({ORDER, FLOATS}),
     "14-resubscribe": frozenset({ORDER}),
-    "15-push": frozenset({ORDER, FLOATS, Allowance.EMPTY_RESULT_NULL}),
-    "16-rest-binding": frozenset({ORDER, FLOATS}),
+    "15-push": frozenset({ORDER, FLOATS}),
+    "16-rest-binding": frozenset(
+        {ORDER, FLOATS, Allowance.TASK_NOT_CANCELABLE_409, Allowance.PLAIN_JSON_BY_DEFAULT}
+    ),
     "18-extended-card": frozenset({ORDER, Allowance.EMPTY_STRING_LIST, Allowance.WHO_MUST_ACT_EXTENSION}),
 }
 """The only differences from the kit each transcript's comparison tolerates."""
