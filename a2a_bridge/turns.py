@@ -41,7 +41,7 @@ from a2a_bridge.live_tasks import (
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.states import is_terminal
 from a2a_bridge.task_events import add_user_input, new_task
-from a2a_bridge.store_faults import StoreUnavailable
+from a2a_bridge.store_faults import StoreUnavailable, transient
 from a2a_bridge.task_writer import TaskWriter
 from a2a_bridge.turn_execution import BridgeRequestContext, TurnExecution, TurnQueue
 
@@ -208,9 +208,10 @@ class TurnRunner:
                 except StoreUnavailable as down:
                     listener.queue.put_nowait(Refused(down))
                     return
-                add_user_input(live.task, request.message, self.env.clock.now())
-                live.bytes = None
                 try:
+                    await self._register_push(live.task.id, request, context)
+                    add_user_input(live.task, request.message, self.env.clock.now())
+                    live.bytes = None
                     await self.writer.save(live)
                 except Exception as error:
                     listener.queue.put_nowait(Refused(await self._put_back(live, error)))
@@ -218,7 +219,6 @@ class TurnRunner:
                 listener.turn = turn
                 live.listeners.append(listener)
                 self.writer.publish(live, turn, snapshot(live.task))
-                await self._register_push(live.task.id, request, context)
                 await self.execution.run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, None))
                 await self.execution.finish_turn(live, turn)
         finally:
@@ -234,6 +234,8 @@ class TurnRunner:
             await self.writer.put_record(live)
         if isinstance(error, A2AError):
             return error
+        if transient(error):
+            return StoreUnavailable(live.task.id)
         log.error("the input to task %s cannot be stored: %s", live.task.id, type(error).__name__)
         return errors.invalid_field("message", "the message cannot be stored")
 
