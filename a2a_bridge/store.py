@@ -5,6 +5,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from a2a.compat.v0_3.model_conversions import compat_task_model_to_core
 from a2a.server.models import (
     PushNotificationConfigModel,
     TaskModel,
@@ -19,6 +20,7 @@ from a2a.server.tasks import (
     PushNotificationConfigStore,
     TaskStore,
 )
+from a2a.types import Task
 from pathlib import Path
 
 from sqlalchemy import event, text
@@ -26,6 +28,7 @@ from sqlalchemy.exc import SAWarning
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
+from a2a_bridge.proto_json import from_dict
 from a2a_bridge.store_faults import StoreHealth
 
 
@@ -36,6 +39,24 @@ def table_models(suffix: str) -> tuple[type[TaskModel], type[PushNotificationCon
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
         return create_task_model(f"tasks_{suffix}"), create_push_notification_config_model(f"push_configs_{suffix}")
+
+
+def task_from_row(row: TaskModel) -> Task:
+    """A stored task as the SDK's `DatabaseTaskStore._from_orm` reads it, parsed with the faster `proto_json.from_dict`
+    (`ParseDict` searched every string for unpaired surrogates: two thirds of the event loop's time when follow-ups
+    reloaded a task of 20 MB); rows of older protocol versions through the SDK's own conversion."""
+    if row.protocol_version != "1.0":
+        return compat_task_model_to_core(row)
+    task = Task(id=row.id, context_id=row.context_id)
+    if row.status:
+        from_dict(row.status, task.status)
+    for artifact in row.artifacts or []:
+        from_dict(artifact, task.artifacts.add())
+    for message in row.history or []:
+        from_dict(message, task.history.add())
+    if row.task_metadata:
+        task.metadata.update(row.task_metadata)
+    return task
 
 
 def write_ahead_log(connection: Any, _record: Any) -> None:
@@ -91,7 +112,7 @@ class Stores:
         if self.engine is None:
             return InMemoryTaskStore(), InMemoryPushNotificationConfigStore()
         task_model, config_model = table_models(suffix)
-        task_store = DatabaseTaskStore(self.engine)
+        task_store = DatabaseTaskStore(self.engine, model_to_core_conversion=task_from_row)
         task_store.task_model = task_model
         push_store = DatabasePushNotificationConfigStore(self.engine)
         push_store.config_model = config_model
