@@ -25,7 +25,9 @@ from pathlib import Path
 
 from sqlalchemy import event, text
 from sqlalchemy.exc import SAWarning
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
 from a2a_bridge.proto_json import from_dict
@@ -67,6 +69,28 @@ def write_ahead_log(connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+LARGE_BINDING = 1024 * 1024
+"""Bytes bound to one statement (a large task's row) past which its SQLite connection is closed once back in the pool:
+the sqlite3 module caches its statements with the values last bound to them, so each cached write of a large task
+kept a copy of its row (54 MB after 60 follow-ups of 1 MB) until the statement ran again."""
+_LARGE = "a2a_bridge.large_binding"
+
+
+def note_large_binding(
+    conn: Connection, _cursor: Any, _statement: str, parameters: Any, _context: Any, executemany: bool
+) -> None:
+    """Mark the connection of a statement that bound LARGE_BINDING bytes or more."""
+    rows = parameters if executemany else [parameters]
+    if sum(len(value) for row in rows for value in row if isinstance(value, str | bytes)) >= LARGE_BINDING:
+        conn.info[_LARGE] = True
+
+
+def close_after_large_binding(_connection: Any, entry: ConnectionPoolEntry) -> None:
+    """Close a connection returned to the pool after it bound a large value; the pool opens a new one when needed."""
+    if entry.info.pop(_LARGE, False):
+        entry.invalidate()
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """A parsed `--store` value: `memory`, `sqlite:///PATH` or `postgresql://…`."""
@@ -106,6 +130,8 @@ class Stores:
             self.engine = create_async_engine(config.url, **kwargs)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine.sync_engine, "connect", write_ahead_log)
+                event.listen(self.engine.sync_engine, "after_cursor_execute", note_large_binding)
+                event.listen(self.engine.sync_engine, "checkin", close_after_large_binding)
 
     def for_agent(self, agent: str) -> tuple[TaskStore, PushNotificationConfigStore]:
         suffix = agent.replace("-", "_")
