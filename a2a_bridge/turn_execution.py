@@ -88,7 +88,10 @@ class TurnExecution:
     async def run(self, queue: TurnQueue, ctx: BridgeRequestContext) -> None:
         """Run execute() for one turn while renewing its lease; an exception fails the task with a generic message."""
         env = self.env
-        scope = about_task(env.agent, ctx.task_id or "", lambda: queue.turn, "turn started")
+        turn = queue.turn
+        # The scope goes into the execution's context: naming the queue there would make a cycle (queue, execution,
+        # context) that keeps the whole task in memory until a full collection.
+        scope = about_task(env.agent, ctx.task_id or "", lambda: turn, "turn started")
         execution = asyncio.ensure_future(env.executor.execute(ctx, queue))
         queue.execution = execution
         if queue.live is not None:
