@@ -23,7 +23,8 @@ from sqlalchemy import event
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
+from a2a_bridge.ledger import Ledger, MemoryLedger
+from a2a_bridge.sql_ledger import SqlLedger
 
 
 @functools.cache

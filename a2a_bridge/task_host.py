@@ -49,8 +49,8 @@ class TaskHost:
         self.sweeps = Sweeps(self.env, self.table, self.writer, self.turns)
         self.agent, self.store, self.ledger, self.new_id = agent, store, ledger, new_id
         self.push_store, self.push, self.settings = push_store, push, self.env.settings
+        self.writer.join_winner = self.replicas.join_winner
         self.sending = self.turns.sending
-        self.send = self.turns.send
         self.follow = self.turns.follow
         self.resume = self.turns.resume
         self.cancel = self.cancels.cancel
@@ -69,12 +69,36 @@ class TaskHost:
         """Take this process's session generation, recover claims of older sessions, and watch idle deadlines."""
         env = self.env
         env.session = session
-        await self.sweeps.recover_stopped()
+        if self.ledger.shared:
+            await self.replicas.sweep_sessions(at_start=True)
+        else:
+            await self.sweeps.recover_stopped()
         if self.ledger.shared:
             env.spawn(self.replicas.watch(self.cancel, self.sweeps.recover))
         if env.settings.idle_lifespan is not None:
             await self.sweeps.load_idle_deadlines()
             env.spawn(self.sweeps.sweep_idle())
+
+    def lose_session(self) -> None:
+        """This process no longer holds its session: take no turn, and fence the turns running (their claims are
+        recovered by the replicas, or here once a new session is taken)."""
+        self.env.session = 0
+        for live in self.table.running().values():
+            if live.running is not None and live.running_turn is not None:
+                live.fenced.add(live.running_turn)
+                live.running.cancel()
+
+    def regain_session(self, session: int) -> None:
+        """A new session generation after a lost one; the old session's claims are recovered like a dead replica's."""
+        self.env.session = session
+
+    async def send(
+        self, request: SendMessageRequest, context: ServerCallContext, listener: Listener, new_task_id: str | None = None
+    ) -> str:
+        """TurnRunner.send, refused while this process holds no session."""
+        if not self.env.session:
+            raise errors.no_session()
+        return await self.turns.send(request, context, listener, new_task_id)
 
     async def stop(self) -> None:
         for job in list(self.env.background):
@@ -105,6 +129,13 @@ class TaskHost:
         task = await self.store.get(task_id, owner_context(record.owner))
         return (task, record) if task is not None else None
 
+    async def read(self, task_id: str, context: ServerCallContext) -> tuple[TaskRecord, Task] | None:
+        """The stored record and task of one revision, if the caller may see the task."""
+        record = await self.ledger.get(task_id)
+        if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
+            return None
+        return await self.ledger.read(task_id, self.store, owner_context(record.owner))
+
     async def stored_record(self, task_id: str, caller: str) -> TaskRecord | None:
         """The record as last stored (not a copy: read only), if the caller (a principal name, '' for anonymous) may
         see the task; what a status poll compares its ETag with, without the task."""
@@ -117,18 +148,23 @@ class TaskHost:
     async def subscribe(self, task_id: str, context: ServerCallContext) -> tuple[Task, Listener]:
         """A snapshot and a listener on every later event of a task that has not ended; pair with unsubscribe.
 
-        On a shared database the listener follows the task's event log, whichever replica runs its turns."""
+        The snapshot is the task as stored, and the listener gets only the events of later revisions, so the two
+        never overlap nor leave a gap. On a shared database the listener follows the task's event log, whichever
+        replica runs its turns."""
         live = await self.table.acquire(task_id, context)
         try:
             await self.writer.refresh(live)
-            if is_terminal(live.task.status.state):
-                raise errors.task_is_terminal(live.task)
-            listener = Listener()
+            while live.durable is None:
+                await self.env.changed(task_id).wait()
+            task, record = live.durable
+            if is_terminal(task.status.state):
+                raise errors.task_is_terminal(task)
+            listener = Listener(after=record.revision)
             if self.ledger.shared:
-                self.replicas.tail(task_id, live.record.revision, listener)
+                self.replicas.tail(task_id, live.owner, record.revision, listener)
             else:
                 live.listeners.append(listener)
-            return snapshot(live.task), listener
+            return snapshot(task), listener
         finally:
             self.table.release(live)
 

@@ -4,8 +4,11 @@ webhooks."""
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
+
+from a2a.server.context import ServerCallContext
 
 from a2a.types import Message, Task, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
@@ -15,8 +18,8 @@ from a2a_bridge import claims
 from a2a_bridge.auth import RESPONSIBLE_USER
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import ClaimEvent, TaskRecord
-from a2a_bridge.live_tasks import FeedItem, LiveTask, Pending, TaskTable, at_rest, evidence_of, settled, snapshot
+from a2a_bridge.ledger import ClaimEvent, TaskExists, TaskRecord
+from a2a_bridge.live_tasks import FeedItem, Listener, LiveTask, Pending, TaskTable, at_rest, evidence_of, settled, snapshot
 from a2a_bridge.states import is_terminal, row_for, state_name
 from a2a_bridge.task_events import Event, apply_event, stamp_ids
 from a2a_bridge.task_status import ANONYMOUS, next_notifications
@@ -36,6 +39,8 @@ class TaskWriter:
     def __init__(self, env: HostEnv, table: TaskTable) -> None:
         self.env = env
         self.table = table
+        self.join_winner: Callable[[str, ServerCallContext, Listener], None] | None = None
+        """Hands the listener of a first turn that lost its task to another replica to that replica's turn."""
 
     async def open(self, pending: Pending, turn: int, execution: asyncio.Future[None] | None, agent_task: Task | None) -> LiveTask:
         """Store a new task under its first claim (merging what the agent sent) and publish its first snapshot."""
@@ -65,9 +70,27 @@ class TaskWriter:
         live.unsaved.append((turn, snapshot(task)))
         if env.settings.repeat_safe and not env.ledger.shared:
             self.defer(live)
-        else:
+            return live
+        try:
             await self.store_unsaved(live)
+        except TaskExists:
+            self._lost(live, turn, pending)
         return live
+
+    def _lost(self, live: LiveTask, turn: int, pending: Pending) -> None:
+        """Another replica stored this task first: fence this turn, write nothing, stop the agent, and let the caller
+        follow the winner's turn."""
+        log.warning("task %s was opened by another replica first; this turn is fenced", live.task.id)
+        live.fenced.add(turn)
+        live.unsaved.clear()
+        live.claim_log.clear()
+        live.listeners.remove(pending.listener)
+        if self.table.live.get(live.task.id) is live:
+            del self.table.live[live.task.id]
+        if live.running is not None:
+            live.running.cancel()
+        if self.join_winner is not None:
+            self.join_winner(live.task.id, pending.owner, pending.listener)
 
     async def post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
         """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
@@ -102,20 +125,22 @@ class TaskWriter:
         """Reread a task that no turn of this process runs: another replica may have changed it."""
         if not self.env.ledger.shared or live.running is not None:
             return
-        record = await self.env.ledger.get(live.task.id)
-        task = await self.env.store.get(live.task.id, live.owner)
-        if record is not None and task is not None:
-            live.record, live.task = record, task
+        found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
+        if found is not None:
+            live.record, live.task = found
+            live.durable = (snapshot(live.task), live.record.copy())
 
-    async def save(self, live: LiveTask, changes: int = 1) -> None:
-        """Store the task and its record with the revision moved once per change it holds; a canceled turn does not
-        interrupt the write."""
-        await asyncio.shield(self._write(live, changes))
+    async def save(self, live: LiveTask, changes: int = 1, items: Sequence[FeedItem] = ()) -> int:
+        """Store the task and its record with the revision moved once per change it holds (`items`, when given, are
+        those changes: on a shared database each event among them goes to the event log under the revision it
+        produced); a canceled turn does not interrupt the write. Returns the revision before the save."""
+        return await asyncio.shield(self._write(live, changes, items))
 
-    async def _write(self, live: LiveTask, changes: int) -> None:
+    async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem]) -> int:
         env = self.env
         async with live.save_lock:
             record = live.record
+            before = record.revision
             record.revision += changes
             record.state = state_name(live.task.status.state)
             record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, env.clock.now())
@@ -128,9 +153,16 @@ class TaskWriter:
                 record.idle_expires_at = None
                 env.deadlines.pop(record.task_id, None)
             persisted = snapshot(live.task)
-            await env.ledger.save(env.store, persisted, live.owner, record, self._posted(live))
+            logged = [
+                (before + offset, MessageToJson(to_stream_response(item)))
+                for offset, item in enumerate(items, 1)
+                if env.ledger.shared and not isinstance(item, Task)
+            ]
+            new = live.durable is None
+            await env.ledger.save(env.store, persisted, live.owner, record, self._posted(live), new=new, log=logged)
             live.durable = (persisted, record.copy())
         env.signal_change(live.task.id)
+        return before
 
     async def put_record(self, live: LiveTask) -> None:
         """Store a claim change that leaves the status view as it was (a lease renewal, an operation window)."""
@@ -146,11 +178,12 @@ class TaskWriter:
             live.durable = (task, replace(record, claim=live.record.claim, signal=live.record.signal))
 
     @staticmethod
-    def publish(live: LiveTask, turn: int | None, item: FeedItem) -> None:
-        """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""
+    def publish(live: LiveTask, turn: int | None, item: FeedItem, revision: int | None = None) -> None:
+        """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts. An
+        item of a `revision` is skipped by a listener whose snapshot already holds that revision."""
         rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
         for listener in live.listeners:
-            if listener.wants(turn):
+            if listener.wants(turn) and (revision is None or revision > listener.after):
                 listener.queue.put_nowait(snapshot(live.task) if rest and listener.snapshots else item)
 
     @staticmethod
@@ -226,14 +259,10 @@ class TaskWriter:
         if not live.unsaved:
             return
         events, live.unsaved = live.unsaved, []
-        await self.save(live, len(events))
-        for turn, event in events:
+        before = await self.save(live, len(events), [event for _, event in events])
+        for revision, (turn, event) in enumerate(events, before + 1):
+            self.publish(live, turn, event, revision)
             if isinstance(event, Task):
-                self.publish(live, turn, event)
                 continue
-            if self.env.ledger.shared:
-                body = MessageToJson(to_stream_response(event))
-                await self.env.ledger.append_event(live.task.id, live.record.revision, body)
-            self.publish(live, turn, event)
             if self.env.push is not None and not isinstance(event, Message):
                 self.env.push.notify(live.task.id, event)
