@@ -29,6 +29,7 @@ from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
 from a2a_bridge.host_env import HostSettings
+from a2a_bridge.sessions import SessionKeeper
 from a2a_bridge.task_host import TaskHost
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -178,14 +179,14 @@ class Bridge:
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
             self.agents[spec.name] = ServedAgent(spec, host, handler, tokens, self.security, self.slots, direct_rpc)
+        self.sessions = SessionKeeper(self.ledger, [agent.host for agent in self.agents.values()], clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         await self.stores.initialize()
-        session = await self.ledger.start_session(self.clock.now())
-        for agent in self.agents.values():
-            await agent.host.start(session)
+        await self.sessions.start()
         yield
+        await self.sessions.stop()
         for agent in self.agents.values():
             await agent.host.stop()
         for agent in self.agents.values():
@@ -209,7 +210,17 @@ class Bridge:
                 }
             )
 
-        routes: list[BaseRoute] = [Route("/", index, methods=["GET"]), Mount("/console", app=console_app(self))]
+        async def ready(_request: Request) -> Response:
+            """Readiness: 200 while this process holds its database session and takes turns, else 503."""
+            if self.sessions.ready:
+                return JSONResponse({"ready": True, "session": self.sessions.session})
+            return JSONResponse({"ready": False, "reason": "the database session is lost; taking no turns"}, status_code=503)
+
+        routes: list[BaseRoute] = [
+            Route("/", index, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
+            Mount("/console", app=console_app(self)),
+        ]
         routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}")) for name, agent in self.agents.items()]
         return Starlette(routes=routes, lifespan=self.lifespan)
 

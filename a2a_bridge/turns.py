@@ -15,6 +15,7 @@ An event of a turn that is not the claim's current generation in this session, o
 dropped by `TaskWriter.apply`."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
 MAX_QUEUE_WAIT = 3600.0
 """The longest a queued turn waits for another replica's turn to end."""
+RELEASE_POLL = 1.0
+"""Seconds a turn queued behind another replica's waits for that replica's notice before it reads the claim anyway."""
 
 
 class BridgeRequestContext(RequestContext):
@@ -204,6 +207,7 @@ class TurnRunner:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MAX_QUEUE_WAIT
         while True:
+            released = self.env.changed(live.task.id)
             await self.writer.refresh(live)
             expected = live.record.claim
             if is_terminal(live.task.status.state):
@@ -211,7 +215,8 @@ class TurnRunner:
             if self.held_elsewhere(expected):
                 if loop.time() > deadline:
                     raise ClaimError("busy", "another replica's turn still holds the task")
-                await asyncio.sleep(0.1)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), RELEASE_POLL)
                 continue
             if expected.state == claims.CLAIMED:
                 await self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
@@ -236,8 +241,8 @@ class TurnRunner:
                 live.listeners.append(listener)
                 live.record.signal = None
                 add_user_input(live.task, request.message, self.env.clock.now())
-                await self.writer.save(live)
-                self.writer.publish(live, turn, snapshot(live.task))
+                before = await self.writer.save(live)
+                self.writer.publish(live, turn, snapshot(live.task), before + 1)
                 await self._register_push(live.task.id, request, context)
                 await self._run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, None))
                 await self.finish_turn(live, turn)
