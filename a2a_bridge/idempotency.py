@@ -18,7 +18,7 @@ from a2a_bridge import claims, errors
 from a2a_bridge.auth import owner_context
 from a2a_bridge.ledger import SentMessage, TaskRecord
 from a2a_bridge.live_tasks import Listener, TurnEnded
-from a2a_bridge.replicas import SAFETY_NET
+from a2a_bridge.event_log import SAFETY_NET
 from a2a_bridge.states import is_terminal
 from a2a_bridge.task_host import TaskHost
 

@@ -4,16 +4,15 @@ seconds, a pending cancel honoured), and the event log that subscribers and join
 Wake-ups come from the other replicas' NOTIFY (`Ledger.on_notice`); the rereads on a timer are only a safety net."""
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from a2a.server.context import ServerCallContext
-from a2a.types import StreamResponse, Task
-from google.protobuf.json_format import Parse
+from a2a.types import Task
 
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim, Op
+from a2a_bridge.event_log import SAFETY_NET, LogFeeds, until
 from a2a_bridge.host_env import HostEnv
 from a2a_bridge.ledger import HELD, Request, TaskRecord
 from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester, snapshot
@@ -24,14 +23,6 @@ log = logging.getLogger(__name__)
 
 LIVENESS = 1.0
 """Seconds between checks of the sessions that hold this agent's claims: a replica that died is known within two."""
-SAFETY_NET = 1.0
-"""Seconds a wait on another replica's notice lasts before the database is read anyway."""
-
-
-async def until(changed: asyncio.Event, seconds: float) -> None:
-    """Wait for a change, or `seconds` at most."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(changed.wait(), seconds)
 
 
 class ReplicaLink:
@@ -41,7 +32,8 @@ class ReplicaLink:
         self.env = env
         self.table = table
         self.writer = writer
-        self.tails: dict[Listener, asyncio.Future[None]] = {}
+        self.feeds = LogFeeds(env)
+        self.joining: dict[Listener, asyncio.Future[None]] = {}
         self.dead: set[int] = set()
         """Sessions whose replica is gone: their claims are held by no one."""
         self.dying: set[int] = set()
@@ -161,9 +153,9 @@ class ReplicaLink:
         if self.recover is not None and found.claim.state in HELD:
             await self.recover(found)
 
-    def tail(self, task_id: str, owner: ServerCallContext, revision: int, listener: Listener) -> None:
-        """Feed a listener from the task's event log, after the revision its snapshot holds."""
-        self.tails[listener] = asyncio.ensure_future(self._follow(task_id, owner, revision, listener, None))
+    async def tail(self, task_id: str, owner: ServerCallContext, listener: Listener) -> None:
+        """Feed a listener from the task's event log, after the revision its snapshot holds (`listener.after`)."""
+        await self.feeds.follow(task_id, owner, listener)
 
     async def join(self, task_id: str, owner: ServerCallContext, listener: Listener, message_id: str | None) -> bool:
         """Feed a listener the turn of a message (any turn, without one) that holds the task on some replica: the task
@@ -179,14 +171,12 @@ class ReplicaLink:
             return False
         listener.turn, listener.after = record.claim.claim_generation, record.revision
         listener.queue.put_nowait(task)
-        self.tails[listener] = asyncio.ensure_future(
-            self._follow(task_id, owner, record.revision, listener, record.claim.claim_generation)
-        )
+        await self.feeds.follow(task_id, owner, listener, record.claim.claim_generation)
         return True
 
     def join_winner(self, task_id: str, owner: ServerCallContext, listener: Listener) -> None:
         """The caller of a first turn that another replica opened first follows that replica's turn instead."""
-        self.tails[listener] = asyncio.ensure_future(self._join_or_end(task_id, owner, listener))
+        self.joining[listener] = asyncio.ensure_future(self._join_or_end(task_id, owner, listener))
 
     async def _join_or_end(self, task_id: str, owner: ServerCallContext, listener: Listener) -> None:
         if await self.join(task_id, owner, listener, None):
@@ -197,32 +187,8 @@ class ReplicaLink:
             listener.queue.put_nowait(task)
         listener.queue.put_nowait(TurnEnded(task))
 
-    async def _follow(
-        self, task_id: str, owner: ServerCallContext, seq: int, listener: Listener, generation: int | None
-    ) -> None:
-        """Events after `seq` as they are logged; with a `generation`, until that turn no longer holds the task."""
-        env = self.env
-        while True:
-            changed = env.changed(task_id)
-            seq = await self._feed(task_id, seq, listener)
-            if generation is not None:
-                record = await env.ledger.get(task_id)
-                if record is None or record.claim.claim_generation != generation or record.claim.state not in HELD:
-                    await self._feed(task_id, seq, listener)
-                    found = await env.ledger.read(task_id, env.store, owner)
-                    listener.queue.put_nowait(TurnEnded(found[1] if found is not None else None))
-                    return
-            await until(changed, SAFETY_NET)
-
-    async def _feed(self, task_id: str, seq: int, listener: Listener) -> int:
-        """Hand the listener the logged events after `seq` (a blocking caller waits for the turn's end instead)."""
-        for seq, body in await self.env.ledger.events_after(task_id, seq):
-            if not listener.snapshots:
-                update = Parse(body, StreamResponse())
-                listener.queue.put_nowait(getattr(update, update.WhichOneof("payload") or "task"))
-        return seq
-
     def untail(self, listener: Listener) -> None:
-        tail = self.tails.pop(listener, None)
-        if tail is not None:
-            tail.cancel()
+        joining = self.joining.pop(listener, None)
+        if joining is not None:
+            joining.cancel()
+        self.feeds.unfollow(listener)

@@ -161,7 +161,7 @@ class TaskHost:
                 raise errors.task_is_terminal(task)
             listener = Listener(after=record.revision)
             if self.ledger.shared:
-                self.replicas.tail(task_id, live.owner, record.revision, listener)
+                await self.replicas.tail(task_id, live.owner, listener)
             else:
                 live.listeners.append(listener)
             return snapshot(task), listener
