@@ -77,6 +77,14 @@ class LogFeeds:
             if feed.reader is not None:
                 feed.reader.cancel()
 
+    def heard(self, task_id: str, detail: str) -> None:
+        """An event logged by some replica, announced with its body ("<seq>:<body>"): handed on at once when it is
+        the next one a feed of this process waits for (the reader's next read skips it)."""
+        feed = self.feeds.get(task_id)
+        seq, _, body = detail.partition(":")
+        if feed is not None and seq.isdigit() and int(seq) == feed.seq + 1:
+            self._hand_on(feed, int(seq), event_of(body))
+
     async def _rows(self, task_id: str, seq: int) -> list[tuple[int, Event]]:
         rows = await self.env.ledger.events_after(task_id, seq)
         return [(seq, event_of(body)) for seq, body in rows]
@@ -102,12 +110,17 @@ class LogFeeds:
     async def _dispatch(self, feed: Feed) -> None:
         """Read what was logged since the last read and hand it to the followers."""
         for seq, event in await self._rows(feed.task_id, feed.seq):
-            feed.backlog.append((seq, event))
-            feed.seq = seq
-            for listener in feed.followers:
-                if seq > listener.after:
-                    give(listener, event)
-                    listener.after = seq
+            if seq > feed.seq:
+                self._hand_on(feed, seq, event)
+
+    @staticmethod
+    def _hand_on(feed: Feed, seq: int, event: Event) -> None:
+        feed.backlog.append((seq, event))
+        feed.seq = seq
+        for listener in feed.followers:
+            if seq > listener.after:
+                give(listener, event)
+                listener.after = seq
 
 
 def event_of(body: str) -> Event:

@@ -15,9 +15,9 @@ from a2a.types import Task
 from a2a_bridge.claims import TERMINAL, Claim
 from a2a_bridge.task_status import Notification
 
-Notice = Callable[[str, str], None]
-"""Called with (kind, task id) for a change another process (or this one) committed: "t" a task or its record, "r" a
-request left for the replica that runs a task."""
+Notice = Callable[[str, str, str], None]
+"""Called with (kind, task id, detail) for a change a process (another, or this one) committed: "t" a task or its
+record, "r" a request left for the replica that runs a task, "e" an event logged for a task (detail "<seq>:<body>")."""
 
 
 class TaskExists(Exception):

@@ -4,11 +4,13 @@ seconds, a pending cancel honoured), and the event log that subscribers and join
 Wake-ups come from the other replicas' NOTIFY (`Ledger.on_notice`); the rereads on a timer are only a safety net."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from a2a.server.context import ServerCallContext
 from a2a.types import Task
+from a2a.utils.errors import A2AError
 
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim, Op
@@ -39,14 +41,38 @@ class ReplicaLink:
         self.dying: set[int] = set()
         """Sessions found without their lock once; dead at the next check unless a cancel needed them at once."""
         self.requests = asyncio.Event()
+        self.stopping: set[str] = set()
+        """Tasks whose turn here a cancel request is stopping."""
+        self.cancel: Callable[[str, ServerCallContext], Awaitable[Task]] | None = None
         self.recover: Callable[[TaskRecord], Awaitable[None]] | None = None
         env.ledger.on_notice(self._heard)
 
-    def _heard(self, kind: str, task_id: str) -> None:
-        if kind == "t":
+    def _heard(self, kind: str, task_id: str, detail: str) -> None:
+        if kind == "e":
+            self.feeds.heard(task_id, detail)
+        if kind in ("t", "e"):
             self.env.signal_change(task_id)
         elif kind == "r" and task_id in self.table.live:
+            live = self.table.live[task_id]
+            if live.running is not None:
+                self._stop_here(task_id, live)
             self.requests.set()
+
+    def _stop_here(self, task_id: str, live: LiveTask) -> None:
+        """Cancel a turn running here that another replica was asked to cancel (once, however often it is asked)."""
+        if self.cancel is None or task_id in self.stopping:
+            return
+        self.stopping.add(task_id)
+        cancel = self.cancel
+
+        async def stop() -> None:
+            try:
+                with contextlib.suppress(A2AError):
+                    await cancel(task_id, live.owner)
+            finally:
+                self.stopping.discard(task_id)
+
+        self.env.spawn(stop())
 
     def held_elsewhere(self, claim: Claim) -> bool:
         """Whether another replica's live turn holds the claim."""
@@ -85,10 +111,10 @@ class ReplicaLink:
         cancel: Callable[[str, ServerCallContext], Awaitable[Task]],
         recover: Callable[[TaskRecord], Awaitable[None]],
     ) -> None:
-        """Take cancel requests for turns running here (at their notice), recover the claims of replicas that died,
-        and claims whose lease ran out."""
+        """Take cancel requests for turns running here (their notice starts the cancel; the request is removed here),
+        recover the claims of replicas that died, and claims whose lease ran out."""
         env = self.env
-        self.recover = recover
+        self.cancel, self.recover = cancel, recover
         loop = asyncio.get_running_loop()
         next_liveness = next_sweep = loop.time()
         while True:
@@ -98,7 +124,7 @@ class ReplicaLink:
                 for request in await env.ledger.take_requests(list(running)):
                     live = running.get(request.task_id)
                     if live is not None and request.kind == "cancel":
-                        env.spawn(cancel(request.task_id, live.owner))
+                        self._stop_here(request.task_id, live)
                 if env.session and loop.time() >= next_liveness:
                     await self.sweep_sessions()
                     next_liveness = loop.time() + LIVENESS

@@ -2,7 +2,6 @@
 an advisory lock on their session and hear each other's changes by LISTEN/NOTIFY on that same connection)."""
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ from a2a_bridge.ledger import (
     read_consistently,
 )
 from a2a_bridge.ledger_tables import (
-    SESSION_LOCKS,
     claim_events_table,
     event_rows,
     events_table,
@@ -47,12 +45,10 @@ from a2a_bridge.ledger_tables import (
     upsert_statement,
     utc,
 )
+from a2a_bridge.pg_session import NOTIFY, SessionConnection, event_notices, session_alive
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "a2a_bridge"
-"""The NOTIFY channel of the replicas on one database; a payload is "<kind>:<task id>" (see `ledger.Notice`)."""
-NOTIFY = text(f"SELECT pg_notify('{CHANNEL}', CAST(:kind AS text) || ':' || id) FROM unnest(CAST(:ids AS text[])) AS id")
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ class SqlLedger:
         self.engine = engine
         self.shared = engine.dialect.name == "postgresql"
         self._ready = False
-        self._session_lock: AsyncConnection | None = None
+        self._session = SessionConnection(engine, self._heard, self._terminated)
         self._notices: list[Notice] = []
         self._lost: list[Callable[[], None]] = []
         self._changed = asyncio.Event()
@@ -116,33 +112,17 @@ class SqlLedger:
             result = await conn.execute(insert(sessions_table).values(started_at=now))
             session = int(result.inserted_primary_key[0])
         if self.shared:
-            await self._drop_session_lock()
-            lock = await self.engine.connect()
-            await lock.execute(text("SELECT pg_advisory_lock(:ns, :id)"), {"ns": SESSION_LOCKS, "id": session})
-            await lock.commit()
-            driver = (await lock.get_raw_connection()).driver_connection
-            await driver.add_listener(CHANNEL, self._heard)
-            driver.add_termination_listener(self._terminated)
-            self._session_lock = lock
+            await self._session.take(session)
         return session
 
-    async def _drop_session_lock(self) -> None:
-        lock, self._session_lock = self._session_lock, None
-        if lock is not None:
-            with contextlib.suppress(Exception):  # a lost connection may fail to close; it is gone either way
-                driver = (await lock.get_raw_connection()).driver_connection
-                driver.remove_termination_listener(self._terminated)
-                await lock.close()
-
-    def _heard(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
-        kind, _, task_id = payload.partition(":")
+    def _heard(self, payload: str) -> None:
+        kind, task_id, *detail = payload.split(":", 2)
         self._announce()
         for notice in self._notices:
-            notice(kind, task_id)
+            notice(kind, task_id, detail[0] if detail else "")
 
-    def _terminated(self, _connection: object) -> None:
+    def _terminated(self) -> None:
         log.error("the session's database connection is lost: this replica no longer holds its session")
-        self._session_lock = None
         for lost in self._lost:
             lost()
 
@@ -164,19 +144,11 @@ class SqlLedger:
 
     async def session_alive(self, session: int) -> bool:
         """Whether the process of a session still runs: on SQLite only one process uses the file, so none other does."""
-        if not self.shared:
-            return False
-        async with self.engine.connect() as conn:
-            params = {"ns": SESSION_LOCKS, "id": session}
-            taken = (await conn.execute(text("SELECT pg_try_advisory_lock(:ns, :id)"), params)).scalar_one()
-            if taken:
-                await conn.execute(text("SELECT pg_advisory_unlock(:ns, :id)"), params)
-            await conn.commit()
-        return not taken
+        return self.shared and await session_alive(self.engine, session)
 
     async def close(self) -> None:
         await self._writes.close()
-        await self._drop_session_lock()
+        await self._session.drop()
 
     async def get(self, task_id: str) -> TaskRecord | None:
         await self._init()
@@ -244,14 +216,14 @@ class SqlLedger:
                 return False
             if events:
                 await conn.execute(insert(claim_events_table), [event.row() for event in events])
-            await self._notify(conn, "t", [record.task_id])
+            await self._notify(conn, [f"t:{record.task_id}"])
         self._announce()
         return True
 
-    async def _notify(self, conn: AsyncConnection, kind: str, task_ids: list[str]) -> None:
-        """Tell the other replicas, at commit, which tasks changed (PostgreSQL)."""
-        if self.shared and task_ids:
-            await conn.execute(NOTIFY, {"kind": kind, "ids": task_ids})
+    async def _notify(self, conn: AsyncConnection, payloads: list[str]) -> None:
+        """Tell the other replicas, at commit, what changed (PostgreSQL)."""
+        if self.shared and payloads:
+            await conn.execute(NOTIFY, {"payloads": payloads})
 
     async def add_request(self, request: Request, at: datetime) -> None:
         await self._init()
@@ -261,7 +233,7 @@ class SqlLedger:
                     task_id=request.task_id, kind=request.kind, requested_by=request.requested_by, at=at
                 )
             )
-            await self._notify(conn, "r", [request.task_id])
+            await self._notify(conn, [f"r:{request.task_id}"])
 
     async def take_requests(self, task_ids: list[str]) -> list[Request]:
         """Remove and return the requests left for these tasks."""
@@ -371,7 +343,8 @@ class SqlLedger:
                 await conn.execute(insert(claim_events_table), events)
             if logged:
                 await conn.execute(insert(events_table), logged)
-            await self._notify(conn, "t", sorted({task_id for task_id, _ in written}))
+            changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
+            await self._notify(conn, changed + event_notices(logged))
         if saves:
             self._announce()
         return results
