@@ -22,8 +22,8 @@ from bench.status_poll import A2A_HEADERS, HOST, START_TIMEOUT, call, free_port,
 AGENT = "bench"
 PATH = f"/{AGENT}/a2a/jsonrpc"
 SAMPLE_TIMEOUT = 10.0
-STREAM_TEXT = "stream 5 20"
-"""Five events 20 ms apart: the subscription is open before the first one the snapshot does not hold."""
+STREAM_TEXT = "stream 5 50"
+"""Five events 50 ms apart: the subscription is open before the first one the snapshot does not hold."""
 LONG_TEXT = "stream 100000 20"
 """A turn that runs until it is canceled."""
 WARMUP = 3
@@ -36,6 +36,10 @@ class ReplicaStats:
     first: list[float] = field(default_factory=list)
     events: list[float] = field(default_factory=list)
     cancel: list[float] = field(default_factory=list)
+    cancel_here: list[float] = field(default_factory=list)
+    """CancelTask sent to A itself, the replica that runs the turn: the same work without the replica hop."""
+    late: int = 0
+    """Subscriptions that reached B after the task had ended (not samples)."""
 
 
 async def fresh_database(server: str) -> str:
@@ -103,8 +107,9 @@ def start(port: int, text: str) -> str:
     return str(answer["result"]["task"]["id"])  # type: ignore[index]
 
 
-async def subscribed(port: int, task_id: str) -> list[tuple[int, int]]:
-    """(emit ns, arrival ns) of each event a SubscribeToTask stream brings after its snapshot, until the task ends."""
+async def subscribed(port: int, task_id: str) -> list[tuple[int, int]] | None:
+    """(emit ns, arrival ns) of each event a SubscribeToTask stream brings after its snapshot, until the task ends;
+    None if the task ended before the subscription (the answer is an error, not a stream)."""
     reader, writer = await asyncio.open_connection(HOST, port)
     try:
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}).encode()
@@ -112,6 +117,8 @@ async def subscribed(port: int, task_id: str) -> list[tuple[int, int]]:
         head = await reader.readuntil(b"\r\n\r\n")
         if b" 200 " not in head.split(b"\r\n", 1)[0]:
             raise RuntimeError(f"SubscribeToTask answered {head[:200]!r}")
+        if b"transfer-encoding: chunked" not in head.lower():
+            return None
         events: list[tuple[int, int]] = []
         frames = 0
         pending = b""
@@ -153,29 +160,40 @@ async def measure_replicas(server: str, samples: int, scratch: Path) -> ReplicaS
     database = await fresh_database(server)
     try:
         with replica(database, scratch, "a") as a, replica(database, scratch, "b") as b:
-            for number in range(WARMUP + samples):
+            for number in range(WARMUP + 2 * samples):
                 events = await asyncio.wait_for(subscribed(b, start(a, STREAM_TEXT)), SAMPLE_TIMEOUT)
-                if number >= WARMUP and events:
+                if events is None:
+                    stats.late += 1
+                elif number >= WARMUP and events:
                     stats.first.append((events[0][1] - events[0][0]) / 1e9)
                     stats.events += [(arrival - emitted) / 1e9 for emitted, arrival in events]
+                if len(stats.first) == samples:
+                    break
             for number in range(WARMUP + samples):
-                task_id = start(a, LONG_TEXT)
-                deadline = time.monotonic() + SAMPLE_TIMEOUT
-                while not stored_on(b, task_id):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"replica B never saw task {task_id}")
-                    await asyncio.sleep(0.01)
-                began = time.perf_counter()
-                answer = rpc(b, "CancelTask", {"id": task_id})
-                took = time.perf_counter() - began
-                state = answer["result"]["status"]["state"]  # type: ignore[index]
-                if state != "TASK_STATE_CANCELED":
-                    raise RuntimeError(f"CancelTask on B answered {state}")
-                if number >= WARMUP:
-                    stats.cancel.append(took)
+                for target, kept in ((b, stats.cancel), (a, stats.cancel_here)):
+                    took = await canceled(a, b, target)
+                    if number >= WARMUP:
+                        kept.append(took)
     finally:
         await drop_database(server, database)
     return stats
+
+
+async def canceled(a: int, b: int, target: int) -> float:
+    """Seconds a CancelTask sent to `target` takes to answer CANCELED, for a turn running on A that B sees."""
+    task_id = start(a, LONG_TEXT)
+    deadline = time.monotonic() + SAMPLE_TIMEOUT
+    while not stored_on(b, task_id):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"replica B never saw task {task_id}")
+        await asyncio.sleep(0.01)
+    began = time.perf_counter()
+    answer = rpc(target, "CancelTask", {"id": task_id})
+    took = time.perf_counter() - began
+    state = answer["result"]["status"]["state"]  # type: ignore[index]
+    if state != "TASK_STATE_CANCELED":
+        raise RuntimeError(f"CancelTask answered {state}")
+    return took
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -193,6 +211,9 @@ def replicas_table(stats: ReplicaStats) -> list[str]:
         row("SubscribeToTask on B: first event after A's agent emits it", stats.first),
         row("SubscribeToTask on B: every event after A's agent emits it", stats.events),
         row("CancelTask on B until A's turn has stopped (answered CANCELED)", stats.cancel),
+        row("CancelTask on A itself, for comparison (no replica hop)", stats.cancel_here),
+        "",
+        f"{stats.late} subscriptions reached B after their task had ended and are not samples.",
     ]
 
 

@@ -774,12 +774,13 @@ def write_doc(report: str, path: Path = PERFORMANCE, begin: str = BEGIN, end: st
         path.write_text(f"# Performance\n\nWritten by `make bench` (bench/run.py); `make bench-quick` prints a shorter run.\n\n{block}\n")
 
 
-def render_replicas(stats: ReplicaStats | None, plan: Plan, command: str) -> str:
+def render_replicas(stats: ReplicaStats | None, plan: Plan, command: str, load: float) -> str:
     """The replica section: two bridge processes on one PostgreSQL database, or why it was not measured."""
     lines = [
         "## Replicas on PostgreSQL (bench/replicas.py)",
         "",
-        f"Measured with `{command}`: two `a2a-bridge serve --agent bench` processes on one fresh PostgreSQL database, "
+        f"Measured with `{command}`: {cpu_model()}, {os.cpu_count()} cores, load average {load:.2f} before the run; "
+        "two `a2a-bridge serve --agent bench` processes on one fresh PostgreSQL database (on the same machine), "
         f"unpinned; CPython {platform.python_version()} ({sys.executable}) runs both and the client; "
         f"{plan.replica_samples} samples of each measure after {WARMUP} of warm-up. B hears of A's work by LISTEN/NOTIFY "
         "(NOTIFY sent in the write's transaction); polling is only the safety net (1 s).",
@@ -826,7 +827,7 @@ def main(argv: list[str] | None = None) -> None:
         if pg:
             progress(f"replicas: two bridge processes on PostgreSQL, {plan.replica_samples} samples of each measure")
         replicas = runner.run(measure_replicas(pg, plan.replica_samples, Path(scratch))) if pg else None
-    replica_report = render_replicas(replicas, plan, command)
+    replica_report = render_replicas(replicas, plan, command, load)
     if results is not None:
         report = render(results, plan, listed, command, time.monotonic() - started, load)
         print(report)
