@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
@@ -193,7 +194,8 @@ def upsert_statement(dialect: str, table: Table) -> Insert:
 @functools.cache
 def record_statement(dialect: str, new: bool) -> Insert:
     """The record write that returns the ids it wrote: a new record only where none is stored, any other only where
-    the stored record has not ended (a terminal task is never changed again)."""
+    the stored record has not ended (a terminal task is never changed again). The ended states are written into the
+    statement: an expanding parameter cannot go with the many rows of a batch."""
     table = records_table
     statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
     if new:
@@ -201,5 +203,5 @@ def record_statement(dialect: str, new: bool) -> Insert:
     return statement.on_conflict_do_update(
         index_elements=["task_id"],
         set_={column.name: statement.excluded[column.name] for column in table.columns if column.name != "task_id"},
-        where=table.c.claim_state.not_in(sorted(TERMINAL)),
+        where=text(f"{table.name}.claim_state NOT IN ({', '.join(repr(state) for state in sorted(TERMINAL))})"),
     ).returning(table.c.task_id)
