@@ -57,13 +57,20 @@ class ServerProcess:
     """One `a2a-bridge serve` process; restartable on the same store and port."""
 
     def __init__(
-        self, store: str, pace: float = 0.2, extra: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        store: str,
+        pace: float = 0.2,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
     ) -> None:
         self.store = store
         self.pace = pace
         self.extra = extra or []
         self.env = env or {}
         """Environment variables set for the server beside this process's own."""
+        self.log = log
+        """A file that receives the server's log (its standard error), appended to at each start."""
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -77,7 +84,9 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         cmd = [sys.executable, "-m", "a2a_bridge", "serve", "--port", str(self.port), "--store", self.store,
                "--pace", str(self.pace), "--log-level", "warning", *self.extra]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+        with contextlib.ExitStack() as files:
+            stderr = files.enter_context(self.log.open("ab")) if self.log is not None else None
+            self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, stderr=stderr)
         wait_for(self._up, timeout=30, what="server start")
         return self
 

@@ -256,9 +256,10 @@ def state_on(server: ServerProcess, agent: str, task_id: str) -> str:
 
 
 @pytest.fixture
-def two_replicas(pg_database: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """Two `a2a-bridge serve` processes on one PostgreSQL database, their agents slow (a step is 2 s)."""
-    a = ServerProcess(pg_database, pace=2.0).start()
+def two_replicas(pg_database: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two `a2a-bridge serve` processes on one PostgreSQL database, their agents slow (a step is 2 s); A's log goes to
+    tmp_path/a.log."""
+    a = ServerProcess(pg_database, pace=2.0, log=tmp_path / "a.log").start()
     b = ServerProcess(pg_database, pace=2.0).start()
     try:
         yield a, b
@@ -303,7 +304,7 @@ def readiness(server: ServerProcess) -> tuple[int, dict[str, Any]]:
 
 
 def test_a_replica_that_loses_its_session_stops_and_comes_back_without_running_anything_twice(
-    pg_database: str, two_replicas: tuple[ServerProcess, ServerProcess]
+    pg_database: str, two_replicas: tuple[ServerProcess, ServerProcess], tmp_path: Path
 ) -> None:
     a, b = two_replicas
     status, ready = readiness(a)
@@ -313,6 +314,7 @@ def test_a_replica_that_loses_its_session_stops_and_comes_back_without_running_a
     wait_for(lambda: state_on(b, "test-runner", task_id) == "TASK_STATE_WORKING", what="A's turn, seen from B")
     assert asyncio.run(cut_session(pg_database, ready["session"])) == 1
     wait_for(lambda: readiness(a)[0] == 503, timeout=5, what="A to say it lost its session")
+    wait_for(lambda: "is lost with its database connection" in (tmp_path / "a.log").read_text(), timeout=5, what="A's log line")
     back = wait_for(lambda: readiness(a)[0] == 200 and readiness(a)[1], timeout=10, what="A to take a new session")
     assert back["session"] > ready["session"]
     claim = wait_for(lambda: (c := claim_of(b, "test-runner", task_id))["claim_generation"] == 2 and c, timeout=10, what="the claim recovered")
