@@ -37,6 +37,8 @@ CHUNKS = 8
 PAUSE = 0.05
 """Seconds the agent waits after each log line: subscribers arrive while it writes."""
 TASKS = 20
+LINES = [f"line {index}" for index in range(CHUNKS)]
+"""The log the agent writes, chunk by chunk."""
 SUBSCRIBERS = 10
 """Streams per task: TASKS x SUBSCRIBERS = 200."""
 AT_ONCE = 3
@@ -116,8 +118,29 @@ async def call(client: httpx.AsyncClient, base: str, method: str, params: dict[s
     return response.json()
 
 
+async def streamed(client: httpx.AsyncClient, base: str, method: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frames of one streaming call (one error envelope if the answer is not a stream)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    async with client.stream("POST", f"{base}/a2a/jsonrpc", json=body, headers=A2A, timeout=30) as response:
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            await response.aread()
+            return [response.json()]
+        return [json.loads(line.removeprefix("data:").strip()) async for line in response.aiter_lines() if line.startswith("data:")]
+
+
+def as_reply(frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """A stream folded into what a blocking call answers: its first task with the last status and every log line."""
+    if "error" in frames[0] or any("error" in frame for frame in frames):
+        return next(frame for frame in frames if "error" in frame)
+    state, lines, arrived = fold(frames)
+    task = dict(frames[0]["result"]["task"])
+    task["status"] = {"state": state}
+    return {"result": {"task": task}, "lines": lines, "arrived": arrived}
+
+
 async def race(a: str, b: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """PAIRS messages, each sent to A and then to B 0-10 ms later (a few pairs at a time); the two replies of each."""
+    """PAIRS messages, each sent to A and then to B 0-10 ms later (a few pairs at a time; every fourth one streamed
+    to B); the two replies of each, B's stream folded into a reply."""
     spacing = random.Random(13)
     gate = asyncio.Semaphore(6)
 
@@ -127,7 +150,10 @@ async def race(a: str, b: str) -> list[tuple[str, dict[str, Any], dict[str, Any]
         async with gate:
             first = asyncio.ensure_future(call(client, a, "SendMessage", {"message": message}))
             await asyncio.sleep(gap)
-            second = await call(client, b, "SendMessage", {"message": message})
+            if index % 4 == 1:
+                second = as_reply(await streamed(client, b, "SendStreamingMessage", {"message": message}))
+            else:
+                second = await call(client, b, "SendMessage", {"message": message})
             return message["messageId"], await first, second
 
     async with httpx.AsyncClient() as client:
@@ -157,6 +183,8 @@ def test_the_same_message_sent_to_two_replicas_runs_once(pg_database: str) -> No
                 problems.append(f"{message_id}: the agent ran {runs.of(message_id)} times")
             if operations != ["create", "claim", "fail" if expected == "TASK_STATE_FAILED" else "complete"]:
                 problems.append(f"{message_id}: claim events {operations}")
+            if "lines" in joined and (joined["lines"] != LINES or len(joined["arrived"]) != len(set(joined["arrived"]))):
+                problems.append(f"{message_id}: the stream on B folded to {joined['lines']} (arrived {joined['arrived']})")
         assert not problems, "\n".join(problems)
 
 
@@ -219,7 +247,7 @@ def check_folds(runner: str, results: list[tuple[str, list[list[dict[str, Any]]]
     for task_id, streams in results:
         task = rpc(runner, "GetTask", {"id": task_id})["result"]
         stored_lines = [part["text"] for artifact in task["artifacts"] if artifact["artifactId"] == "log" for part in artifact["parts"]]
-        assert stored_lines == [f"line {n}" for n in range(CHUNKS)]
+        assert stored_lines == LINES
         for frames in streams:
             if "error" in frames[0]:
                 if frames[0]["error"]["data"][0]["metadata"].get("state") != "TASK_STATE_COMPLETED":
