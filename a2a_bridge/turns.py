@@ -161,16 +161,18 @@ class TurnRunner:
         job.add_done_callback(ended)
 
     def follow(self, task_id: str, context: ServerCallContext, message_id: str, listener: Listener) -> bool:
-        """Feed a listener the running turn of a task's latest user message, from a snapshot on; False if no such
-        turn runs in this process, or while events are still to be published (the caller waits and asks again)."""
+        """Feed a listener the running turn of a task's latest user message, from the task as stored on (the events of
+        later revisions follow); False if no such turn runs in this process, or while events are still to be published
+        (the caller waits and asks again)."""
         live = self.table.live.get(task_id)
         if live is None or not may_use(live.record, context, False) or live.running_turn is None or live.unsaved:
             return False
         latest = last_user_message(live.task)
-        if live.record.signal is not None or latest is None or latest.message_id != message_id:
+        if live.record.signal is not None or latest is None or latest.message_id != message_id or live.durable is None:
             return False
-        listener.turn = live.running_turn
-        listener.queue.put_nowait(snapshot(live.task))
+        task, record = live.durable
+        listener.turn, listener.after = live.running_turn, record.revision
+        listener.queue.put_nowait(snapshot(task))
         live.listeners.append(listener)
         return True
 
