@@ -263,8 +263,9 @@ def check_folds(runner: str, results: list[tuple[str, list[list[dict[str, Any]]]
     assert folded >= TASKS * SUBSCRIBERS // 2, f"only {folded} of {TASKS * SUBSCRIBERS} streams began before their task ended"
 
 
-def test_subscriptions_fold_to_the_stored_task_on_one_server(tmp_path: Path) -> None:
-    with servers(f"sqlite:///{tmp_path / 'fold.db'}", Runs(), 1) as (server,):
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_subscriptions_fold_to_the_stored_task_on_one_server(tmp_path: Path, store: str) -> None:
+    with servers(f"sqlite:///{tmp_path / 'fold.db'}" if store == "sqlite" else "memory", Runs(), 1) as (server,):
         check_folds(server, asyncio.run(watched_tasks(server, server, AT_ONCE)))
 
 
