@@ -122,8 +122,12 @@ class TaskWriter:
             return stored
 
     async def refresh(self, live: LiveTask) -> None:
-        """Reread a task that no turn of this process runs: another replica may have changed it."""
+        """Reread a task that no turn of this process runs: another replica may have changed it (its record first: the
+        task changes only with the revision)."""
         if not self.env.ledger.shared or live.running is not None:
+            return
+        stored = await self.env.ledger.get(live.task.id)
+        if stored is not None and (stored.revision, stored.claim, stored.signal) == (live.record.revision, live.record.claim, live.record.signal):
             return
         found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
         if found is not None:
