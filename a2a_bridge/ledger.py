@@ -144,6 +144,15 @@ def ended(record: TaskRecord | None) -> bool:
     return record is not None and record.claim.state in TERMINAL
 
 
+def rewrites_end(stored: TaskRecord, written: TaskRecord) -> bool:
+    """Whether a write of an ended task is the claim that ended it writing that end again: a save holds the record as
+    it is when the save runs, so an earlier save may have stored the end that a later save (of the events folded
+    before the end) stores once more. Nothing else may write an ended task."""
+    a, b = stored.claim, written.claim
+    same = (a.state, a.claim_generation, a.session_generation) == (b.state, b.claim_generation, b.session_generation)
+    return same and stored.revision <= written.revision
+
+
 async def read_consistently(
     get: Callable[[str], Any], store: TaskStore, task_id: str, owner: ServerCallContext
 ) -> tuple[TaskRecord, Task] | None:
@@ -204,7 +213,7 @@ class MemoryLedger:
         current = self._records.get(record.task_id)
         if new and current is not None:
             raise TaskExists(record.task_id)
-        if ended(current):
+        if current is not None and ended(current) and not rewrites_end(current, record):
             raise TaskEnded(record.task_id)
         await store.save(task, context)
         self._keep(record, events)
@@ -243,7 +252,8 @@ class MemoryLedger:
         return [r.copy() for r in newest]
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        if ended(self._records.get(record.task_id)):
+        current = self._records.get(record.task_id)
+        if current is not None and ended(current) and not rewrites_end(current, record):
             raise TaskEnded(record.task_id)
         self._keep(record, events)
 

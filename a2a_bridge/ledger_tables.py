@@ -16,6 +16,8 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
+    or_,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -194,14 +196,23 @@ def upsert_statement(dialect: str, table: Table) -> Insert:
 @functools.cache
 def record_statement(dialect: str, new: bool) -> Insert:
     """The record write that returns the ids it wrote: a new record only where none is stored, any other only where
-    the stored record has not ended (a terminal task is never changed again). The ended states are written into the
-    statement: an expanding parameter cannot go with the many rows of a batch."""
+    the stored record has not ended (a terminal task is never changed again) or where the claim that ended it writes
+    that same end again (a save of events folded before the end, stored after it: `ledger.rewrites_end`). The ended
+    states are written into the statement: an expanding parameter cannot go with the many rows of a batch."""
     table = records_table
     statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
     if new:
         return statement.on_conflict_do_nothing(index_elements=["task_id"]).returning(table.c.task_id)
+    stored, written = table.name, statement.excluded
+    open_claim = text(f"{stored}.claim_state NOT IN ({', '.join(repr(state) for state in sorted(TERMINAL))})")
+    same_end = and_(
+        table.c.claim_state == written.claim_state,
+        table.c.claim_generation == written.claim_generation,
+        table.c.session_generation == written.session_generation,
+        table.c.revision <= written.revision,
+    )
     return statement.on_conflict_do_update(
         index_elements=["task_id"],
-        set_={column.name: statement.excluded[column.name] for column in table.columns if column.name != "task_id"},
-        where=text(f"{table.name}.claim_state NOT IN ({', '.join(repr(state) for state in sorted(TERMINAL))})"),
+        set_={column.name: written[column.name] for column in table.columns if column.name != "task_id"},
+        where=or_(open_claim, same_end),
     ).returning(table.c.task_id)

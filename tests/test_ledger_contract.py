@@ -1,6 +1,6 @@
 """The ledger's contract, the same on every store (memory, SQLite, and PostgreSQL where the tests have one): a new
 task is written only if absent (TaskExists), a task whose stored claim has ended is never written again (TaskEnded,
-for saves, record writes and compare-and-set alike), the event log rows go with their save, `read` gives a record and
+for saves, record writes and compare-and-set alike) but by the claim that ended it writing the same end, the event log rows go with their save, `read` gives a record and
 its task of one revision, and saves batched into one transaction each get their own answer."""
 
 import asyncio
@@ -64,6 +64,7 @@ async def contract(url: str) -> None:
         with pytest.raises(TaskEnded):
             await ledger.put(record(task_id, "claimed", 3), [])
         assert not await ledger.put_if(record(task_id, "claimed", 3), Claim(state="failed"), [])
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 3), [])
         found = await ledger.read(task_id, store, owner)
         assert found is not None and found[0].claim.state == "failed" and found[1].status.state == TaskState.TASK_STATE_FAILED
 
