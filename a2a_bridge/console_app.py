@@ -225,7 +225,7 @@ class Console:
         sent: dict[str, Signature] | None = None
         quiet_since = loop.time()
         while loop.time() < ends:
-            changed = self.ledger.changed()
+            wake = self.ledger.changed()
             records = await self.ledger.recent(limit)
             current = {record.task_id: signature(record) for record in records}
             changed = [record for record in records if sent is None or sent.get(record.task_id) != current[record.task_id]]
@@ -239,7 +239,7 @@ class Console:
             sent = current
             await asyncio.sleep(QUIET)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), POLL)
+                await asyncio.wait_for(wake.wait(), POLL)
 
 
 def console_app(bridge: "Bridge") -> Starlette:

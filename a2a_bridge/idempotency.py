@@ -77,7 +77,7 @@ class Retries:
         digest = fingerprint(message)
         task_id = message.task_id or self.host.new_id()
         session = self.host.env.session
-        if not session:
+        if self.host.session_lost:
             raise errors.no_session()
         while True:
             async with self._exclusive(key):

@@ -50,6 +50,8 @@ class TaskHost:
         self.agent, self.store, self.ledger, self.new_id = agent, store, ledger, new_id
         self.push_store, self.push, self.settings = push_store, push, self.env.settings
         self.writer.join_winner = self.replicas.join_winner
+        self.session_lost = False
+        """Set while this process has lost its session: it takes no turn."""
         self.sending = self.turns.sending
         self.follow = self.turns.follow
         self.resume = self.turns.resume
@@ -83,6 +85,7 @@ class TaskHost:
         """This process no longer holds its session: take no turn, and fence the turns running (their claims are
         recovered by the replicas, or here once a new session is taken)."""
         self.env.session = 0
+        self.session_lost = True
         for live in self.table.running().values():
             if live.running is not None and live.running_turn is not None:
                 live.fenced.add(live.running_turn)
@@ -91,12 +94,13 @@ class TaskHost:
     def regain_session(self, session: int) -> None:
         """A new session generation after a lost one; the old session's claims are recovered like a dead replica's."""
         self.env.session = session
+        self.session_lost = False
 
     async def send(
         self, request: SendMessageRequest, context: ServerCallContext, listener: Listener, new_task_id: str | None = None
     ) -> str:
         """TurnRunner.send, refused while this process holds no session."""
-        if not self.env.session:
+        if self.session_lost:
             raise errors.no_session()
         return await self.turns.send(request, context, listener, new_task_id)
 
