@@ -9,7 +9,6 @@ from dataclasses import replace
 from typing import Any
 
 from a2a.server.context import ServerCallContext
-
 from a2a.types import Message, Task, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
@@ -137,26 +136,27 @@ class TaskWriter:
     async def save(self, live: LiveTask, changes: int = 1, items: Sequence[FeedItem] = ()) -> int:
         """Store the task and its record with the revision moved once per change it holds (`items`, when given, are
         those changes: on a shared database each event among them goes to the event log under the revision it
-        produced); a canceled turn does not interrupt the write. Returns the revision before the save."""
-        return await asyncio.shield(self._write(live, changes, items))
+        produced); a canceled turn does not interrupt the write. The task is stored as it is at this call, which holds
+        exactly those changes (anything folded later belongs to a later revision). Returns the revision before the
+        save."""
+        return await asyncio.shield(self._write(live, changes, items, snapshot(live.task)))
 
-    async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem]) -> int:
+    async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
         env = self.env
         async with live.save_lock:
             record = live.record
             before = record.revision
             record.revision += changes
-            record.state = state_name(live.task.status.state)
-            record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, env.clock.now())
+            record.state = state_name(persisted.status.state)
+            record.notifications = next_notifications(record.notifications, persisted, record.responsible_user, env.clock.now())
             lifespan = env.settings.idle_lifespan
-            if lifespan is not None and row_for(live.task.status.state).phase == "idle":
+            if lifespan is not None and row_for(persisted.status.state).phase == "idle":
                 if record.idle_expires_at is None:
                     record.idle_expires_at = env.clock.now() + lifespan
                 env.deadlines[record.task_id] = record.idle_expires_at
             else:
                 record.idle_expires_at = None
                 env.deadlines.pop(record.task_id, None)
-            persisted = snapshot(live.task)
             logged = [
                 (before + offset, MessageToJson(to_stream_response(item)))
                 for offset, item in enumerate(items, 1)
