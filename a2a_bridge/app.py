@@ -38,6 +38,7 @@ from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
 from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
+from a2a_bridge.sessions import SessionKeeper
 from a2a_bridge.task_host import TaskHost
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -250,14 +251,13 @@ class Bridge:
                 spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at,
                 agent_interfaces,
             )
+        self.sessions = SessionKeeper(self.ledger, [agent.host for agent in self.agents.values()], clock)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         await self.stores.initialize()
         self.started_at = self.clock.now()
-        session = await self.ledger.start_session(self.started_at)
-        for agent in self.agents.values():
-            await agent.host.start(session)
+        await self.sessions.start()
         if self.grpc is not None:
             await self._start_grpc(self.grpc)
         watch = asyncio.ensure_future(self.stores.health.watch())
@@ -265,6 +265,7 @@ class Bridge:
         yield
         self.started = False
         watch.cancel()
+        await self.sessions.stop()
         if self.grpc_servers is not None:
             await self.grpc_servers.stop()
         for agent in self.agents.values():
@@ -277,6 +278,14 @@ class Bridge:
             await client.aclose()
         await self.ledger.close()
         await self.stores.close()
+
+    async def not_ready(self) -> str | None:
+        """Why this process should not get requests now, or None."""
+        if not self.started:
+            return "starting or stopping"
+        if not self.sessions.ready:
+            return "the database session is lost; taking no turns"
+        return await self.stores.reachable()
 
     async def _start_grpc(self, settings: GrpcSettings) -> None:
         """Every agent on a gRPC port of its own, with the callers, limits and handler of its JSON bindings."""
@@ -312,10 +321,12 @@ class Bridge:
             return JSONResponse({"status": "up"})
 
         async def readyz(_request: Request) -> Response:
-            problem = "starting or stopping" if not self.started else await self.stores.reachable()
+            """200 once start-up (recovery included) is done, while this process holds its database session and the
+            store answers and takes writes; else 503 with the reason."""
+            problem = await self.not_ready()
             if problem is not None:
                 return JSONResponse({"ready": False, "reason": problem}, status_code=503)
-            return JSONResponse({"ready": True})
+            return JSONResponse({"ready": True, "session": self.sessions.session})
 
         routes: list[BaseRoute] = [
             Route("/", index, methods=["GET"]),

@@ -9,6 +9,7 @@ endpoints: `POST /deployer/approve/{id}`, `POST /{agent}/tasks/{id}/reconcile` a
 """
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
 
 FILES = Path(__file__).resolve().parent / "console"
 POLL = 0.5
-"""Seconds between the change feed's reads of the ledger."""
+"""Seconds the change feed waits for a change (committed here or announced by a replica) before it reads anyway."""
+QUIET = 0.05
+"""Seconds the change feed leaves at least between two reads, so a busy ledger is read at most twenty times a second."""
 KEEPALIVE = 15.0
 """Seconds a quiet change feed waits before it sends a comment line."""
 FEED_LIFETIME = 30.0
@@ -222,8 +225,9 @@ class Console:
         return endpoints if isinstance(endpoints, Response) else await endpoints.status_stream(request)
 
     async def stream(self, request: Request) -> Response:
-        """Server-Sent Events: `tasks` with every row first, then the rows that changed, read from the ledger every
-        half second (so changes made by any replica show); ends when the client leaves or after FEED_LIFETIME."""
+        """Server-Sent Events: `tasks` with every row first, then the rows that changed, read from the ledger at each
+        change (any replica's, announced by NOTIFY) and every half second anyway; ends when the client leaves or after
+        FEED_LIFETIME."""
         refused = self._refused(request)
         if refused is not None:
             return refused
@@ -238,6 +242,7 @@ class Console:
         sent: dict[str, Signature] | None = None
         quiet_since = loop.time()
         while loop.time() < ends:
+            wake = self.ledger.changed()
             records = await self.ledger.recent(limit)
             current = {record.task_id: signature(record) for record in records}
             changed = [record for record in records if sent is None or sent.get(record.task_id) != current[record.task_id]]
@@ -249,7 +254,9 @@ class Console:
                 yield ": keepalive\n\n"
                 quiet_since = loop.time()
             sent = current
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(QUIET)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), POLL)
 
 
 class SecurityHeaders:

@@ -80,3 +80,11 @@ def claim_refused(task: Task, refused: ClaimError) -> UnsupportedOperationError:
         "This operation is not supported",
         data={"taskId": task.id, "state": state_name(task.status.state), "claim": refused.reason},
     )
+
+
+def no_session() -> InternalError:
+    """A replica that lost its database session takes no turn until it has a new one."""
+    return InternalError(
+        "This replica has lost its database session; send the message to another replica",
+        data={"reason": "no_session"},
+    )

@@ -10,8 +10,9 @@ Result = TypeVar("Result")
 
 
 class GroupCommit(Generic[Item, Result]):
-    """Runs `write_many` on every item submitted since the last batch began; a batch that fails is written again one
-    item at a time with `write_one`, so one bad write fails alone."""
+    """Runs `write_many` on every item submitted since the last batch began; a batch that fails (of one item too) is
+    written again one item at a time with `write_one`, so one bad write fails alone and `write_one` may recover one
+    (a message another replica inserted meanwhile)."""
 
     def __init__(
         self,
@@ -42,10 +43,7 @@ class GroupCommit(Generic[Item, Result]):
     async def _write(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         try:
             results = await self._write_many([item for item, _ in batch])
-        except Exception as error:  # noqa: BLE001 - handed to each writer, or retried item by item
-            if len(batch) == 1:
-                _settle(batch[0][1], error=error)
-                return
+        except Exception:  # noqa: BLE001 - retried item by item; a writer gets the error of its own item
             for item, future in batch:
                 try:
                     _settle(future, await self._write_one(item))

@@ -1,5 +1,7 @@
 """Idempotent retries: a message a caller sends again (same messageId) is answered from what its first send produced
-(the same task, or the same direct reply) and never runs the agent a second time, also after a restart."""
+(the same task, or the same direct reply) and never runs the agent a second time, also after a restart and whichever
+replicas receive it: the row of a message names the session sending it, a retry waits while that session lives and
+takes the message over (compare-and-set) only once it is gone."""
 
 import asyncio
 import contextlib
@@ -12,10 +14,13 @@ from a2a.types import Message, SendMessageRequest, Task
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToJson, Parse
 
-from a2a_bridge import errors
-from a2a_bridge.ledger import SentMessage
+from a2a_bridge import claims, errors
+from a2a_bridge.auth import owner_context
+from a2a_bridge.ledger import SentMessage, TaskRecord
 from a2a_bridge.store_faults import StoreUnavailable, transient
 from a2a_bridge.live_tasks import Listener, TurnEnded
+from a2a_bridge.event_log import SAFETY_NET
+from a2a_bridge.states import is_terminal
 from a2a_bridge.task_host import TaskHost
 
 REPLAYED = -1
@@ -67,15 +72,18 @@ class Retries:
 
     async def send(self, request: SendMessageRequest, context: ServerCallContext, listener: Listener) -> str:
         """TaskHost.send for a message not sent before; for a retry, the listener gets what the first send produced
-        (the running turn when it still runs here). Returns the task id."""
+        (its turn, on whichever replica it runs). Returns the task id."""
         message = request.message
         key = (context.user.user_name, message.message_id)
         digest = fingerprint(message)
         task_id = message.task_id or self.host.new_id()
+        session = self.host.env.session
+        if self.host.session_lost:
+            raise errors.no_session()
         while True:
             async with self._exclusive(key):
                 try:
-                    sent = await self.host.ledger.remember(self.host.agent, *key, SentMessage(digest, task_id, None))
+                    sent = await self.host.ledger.remember(self.host.agent, *key, SentMessage(digest, task_id, None, session))
                 except Exception as error:
                     if transient(error):
                         raise StoreUnavailable() from error
@@ -84,16 +92,18 @@ class Retries:
                     return await self.host.send(request, context, listener, new_task_id=task_id)
                 if sent.fingerprint != digest:
                     raise conflict(message.message_id)
+                changed = self.host.changed(sent.task_id or "")
                 answered = await self._answer(sent, request, context, listener)
                 if answered is not None:
                     return answered
-                job = self.host.sending[key]
-            await self._wait(job, sent.task_id or "")
+                job = self.host.sending.get(key)
+            await self._wait(job, changed)
 
     async def _answer(
         self, sent: SentMessage, request: SendMessageRequest, context: ServerCallContext, listener: Listener
     ) -> str | None:
-        """Feed the listener for a retry and return the task id; None while the first send's turn is not yet visible."""
+        """Feed the listener for a retry and return the task id; None while the first send is still on its way to its
+        task, here or on a replica that lives."""
         message = request.message
         if sent.reply is not None:
             listener.turn = REPLAYED
@@ -101,25 +111,50 @@ class Retries:
             listener.queue.put_nowait(TurnEnded(None))
             return sent.task_id or ""
         task_id = sent.task_id or ""
+        key = (context.user.user_name, message.message_id)
         if self.host.follow(task_id, context, message.message_id, listener):
             return task_id
-        if (context.user.user_name, message.message_id) in self.host.sending:
+        if key in self.host.sending:
             return None
-        task = await self.host.get(task_id, context)
-        if task is None or not carries(task, message):
-            return await self.host.send(request, context, listener, new_task_id=None if message.task_id else task_id)
-        listener.turn = REPLAYED
-        listener.queue.put_nowait(task)
-        listener.queue.put_nowait(TurnEnded(task))
-        return task_id
+        found = await self.host.read(task_id, context)
+        if found is not None and carries(found[1], message):
+            record, task = found
+            owner = owner_context(record.owner)
+            if self.host.ledger.shared and await self.host.replicas.join(task_id, owner, listener, message.message_id):
+                return task_id
+            listener.turn = REPLAYED
+            listener.queue.put_nowait(task)
+            listener.queue.put_nowait(TurnEnded(task))
+            return task_id
+        if await self._sending_elsewhere(sent, found):
+            return None
+        session = self.host.env.session
+        if sent.session != session and not await self.host.ledger.take_over(self.host.agent, *key, sent.session, session):
+            return None
+        return await self.host.send(request, context, listener, new_task_id=None if message.task_id else task_id)
 
-    async def _wait(self, job: asyncio.Future[Any], task_id: str) -> None:
-        """Until the first send's turn ends or its task changes."""
-        changed = asyncio.ensure_future(self.host.changed(task_id).wait())
+    async def _sending_elsewhere(self, sent: SentMessage, found: tuple[TaskRecord, Task] | None) -> bool:
+        """Whether another replica that still lives sent the message and may yet bring it to its task (a task that
+        ended or waits for an operator would refuse it there as here)."""
+        ledger = self.host.ledger
+        if not ledger.shared or sent.session in (None, self.host.env.session):
+            return False
+        if found is not None:
+            record, task = found
+            if is_terminal(task.status.state) or record.claim.state == claims.NEEDS_RECONCILIATION:
+                return False
+        return await ledger.session_alive(sent.session or 0)
+
+    async def _wait(self, job: asyncio.Future[Any] | None, changed: asyncio.Event) -> None:
+        """Until the first send's turn here ends, its task changes, or a while has passed (a replica may die
+        without a word)."""
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(changed.wait())]
+        if job is not None:
+            waits.append(job)
         try:
-            await asyncio.wait([job, changed], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=SAFETY_NET, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            changed.cancel()
+            waits[0].cancel()
 
     async def _keep_reply(self, owner: str, message_id: str, reply: Message) -> None:
         """Store an agent's direct reply with the message it answers, before the caller sees it."""

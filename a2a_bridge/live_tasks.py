@@ -53,6 +53,8 @@ class Listener:
     turn: int | None = None
     snapshots: bool = False
     queue: asyncio.Queue[FeedItem] = field(default_factory=asyncio.Queue)
+    after: int = 0
+    """The revision of the snapshot the listener started from: it gets only the events of later revisions."""
 
     def wants(self, turn: int | None) -> bool:
         return turn is None or self.turn is None or self.turn == turn

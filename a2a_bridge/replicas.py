@@ -1,23 +1,30 @@
-"""The replica protocol on a shared database: whose live turn holds a claim, cancel requests left for the replica
-that runs a task, claims whose lease ran out, and the event log that subscribers on any replica follow."""
+"""The replica protocol on a shared database: whose live turn holds a claim (a replica lives while its session's lock
+is held), cancel requests left for the replica that runs a task, the claims of replicas that died (recovered within
+seconds, a pending cancel honoured), and the event log that subscribers and joined retries on any replica follow.
+Wake-ups come from the other replicas' NOTIFY (`Ledger.on_notice`); the rereads on a timer are only a safety net."""
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
 from a2a.server.context import ServerCallContext
-from a2a.types import StreamResponse, Task
-from google.protobuf.json_format import Parse
+from a2a.types import Task
+from a2a.utils.errors import A2AError
 
-from a2a_bridge import claims
-from a2a_bridge.claims import Claim
+from a2a_bridge.auth import owner_context
+from a2a_bridge.claims import Claim, Op
+from a2a_bridge.event_log import SAFETY_NET, LogFeeds, until
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import Request, TaskRecord
-from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, requester, snapshot
+from a2a_bridge.ledger import HELD, Request, TaskRecord
+from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester, snapshot
 from a2a_bridge.states import is_terminal
 from a2a_bridge.task_writer import TaskWriter
 
-REPLICA_POLL = 0.1
-"""Seconds between rereads of the shared database while waiting on another replica."""
+log = logging.getLogger(__name__)
+
+LIVENESS = 1.0
+"""Seconds between checks of the sessions that hold this agent's claims: a replica that died is known within two."""
 
 
 class ReplicaLink:
@@ -27,30 +34,75 @@ class ReplicaLink:
         self.env = env
         self.table = table
         self.writer = writer
-        self.tails: dict[Listener, asyncio.Future[None]] = {}
+        self.feeds = LogFeeds(env)
+        self.joining: dict[Listener, asyncio.Future[None]] = {}
+        self.dead: set[int] = set()
+        """Sessions whose replica is gone: their claims are held by no one."""
+        self.dying: set[int] = set()
+        """Sessions found without their lock once; dead at the next check unless a cancel needed them at once."""
+        self.requests = asyncio.Event()
+        self.stopping: set[str] = set()
+        """Tasks whose turn here a cancel request is stopping."""
+        self.cancel: Callable[[str, ServerCallContext], Awaitable[Task]] | None = None
+        self.recover: Callable[[TaskRecord], Awaitable[None]] | None = None
+        env.ledger.on_notice(self._heard)
+
+    def _heard(self, kind: str, task_id: str, detail: str) -> None:
+        if kind == "e":
+            self.feeds.heard(task_id, detail)
+        if kind in ("t", "e"):
+            self.env.signal_change(task_id)
+        elif kind == "r" and task_id in self.table.live:
+            live = self.table.live[task_id]
+            if live.running is not None:
+                self._stop_here(task_id, live)
+            self.requests.set()
+
+    def _stop_here(self, task_id: str, live: LiveTask) -> None:
+        """Cancel a turn running here that another replica was asked to cancel (once, however often it is asked)."""
+        if self.cancel is None or task_id in self.stopping:
+            return
+        self.stopping.add(task_id)
+        cancel = self.cancel
+
+        async def stop() -> None:
+            try:
+                with contextlib.suppress(A2AError):
+                    await cancel(task_id, live.owner)
+            finally:
+                self.stopping.discard(task_id)
+
+        self.env.spawn(stop())
 
     def held_elsewhere(self, claim: Claim) -> bool:
         """Whether another replica's live turn holds the claim."""
         env = self.env
         return (
             env.ledger.shared
-            and claim.state in (claims.CLAIMED, claims.CANCEL_REQUESTED)
+            and claim.state in HELD
             and claim.session_generation != env.session
+            and claim.session_generation not in self.dead
             and claim.lease_until is not None
             and claim.lease_until > env.clock.now()
         )
 
     async def cancel_elsewhere(self, live: LiveTask, context: ServerCallContext) -> Task:
-        """Leave a cancel request for the replica that runs the task, and answer once it has ended the task."""
+        """Leave a cancel request for the replica that runs the task (recovering the task at once, the request
+        honoured, if that replica is gone), and answer once the task has ended."""
         env = self.env
         await env.ledger.add_request(Request(live.task.id, "cancel", requester(context)), env.clock.now())
+        session = live.record.claim.session_generation
+        if not await env.ledger.session_alive(session):
+            self.dead.add(session)
+            await self._recover_dead(live.record.copy())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + env.settings.lease.total_seconds()
         while loop.time() < deadline:
+            changed = env.changed(live.task.id)
             task = await env.store.get(live.task.id, live.owner)
             if task is not None and is_terminal(task.status.state):
                 return task
-            await asyncio.sleep(REPLICA_POLL)
+            await until(changed, SAFETY_NET)
         await self.writer.refresh(live)
         return snapshot(live.task)
 
@@ -59,35 +111,110 @@ class ReplicaLink:
         cancel: Callable[[str, ServerCallContext], Awaitable[Task]],
         recover: Callable[[TaskRecord], Awaitable[None]],
     ) -> None:
-        """Take cancel requests for turns running here, and recover claims whose lease ran out."""
+        """Take cancel requests for turns running here (their notice starts the cancel; the request is removed here),
+        recover the claims of replicas that died, and claims whose lease ran out."""
         env = self.env
+        self.cancel, self.recover = cancel, recover
         loop = asyncio.get_running_loop()
-        next_sweep = loop.time()
+        next_liveness = next_sweep = loop.time()
         while True:
-            running = self.table.running()
-            for request in await env.ledger.take_requests(list(running)):
-                live = running.get(request.task_id)
-                if live is not None and request.kind == "cancel":
-                    env.spawn(cancel(request.task_id, live.owner))
-            if loop.time() >= next_sweep:
-                for record in await env.ledger.expired_claims(env.clock.now()):
-                    if record.agent == env.agent and record.task_id not in running:
-                        await recover(record)
-                next_sweep = loop.time() + env.settings.lease.total_seconds() / 3
-            await asyncio.sleep(REPLICA_POLL)
+            self.requests.clear()
+            try:
+                running = self.table.running()
+                for request in await env.ledger.take_requests(list(running)):
+                    live = running.get(request.task_id)
+                    if live is not None and request.kind == "cancel":
+                        self._stop_here(request.task_id, live)
+                if env.session and loop.time() >= next_liveness:
+                    await self.sweep_sessions()
+                    next_liveness = loop.time() + LIVENESS
+                if env.session and loop.time() >= next_sweep:
+                    for record in await env.ledger.expired_claims(env.clock.now()):
+                        if record.agent == env.agent and record.task_id not in running:
+                            await recover(record)
+                    next_sweep = loop.time() + env.settings.lease.total_seconds() / 3
+            except Exception:  # noqa: BLE001 - a database fault: the next round tries again
+                log.exception("replica watch of agent %s failed; trying again", env.agent)
+            await until(self.requests, min(SAFETY_NET, max(0.0, next_liveness - loop.time())))
 
-    def tail(self, task_id: str, revision: int, listener: Listener) -> None:
-        """Feed a listener from the task's event log, after the revision its snapshot holds."""
-        self.tails[listener] = asyncio.ensure_future(self._tail(task_id, revision, listener))
+    async def sweep_sessions(self, at_start: bool = False) -> None:
+        """Check the sessions that hold this agent's claims; recover the claims of those found gone twice in a row
+        (at once `at_start`: a session that is gone when this one begins never comes back)."""
+        env = self.env
+        records = await env.ledger.held_by_others(env.agent, env.session)
+        for session in sorted({record.claim.session_generation for record in records} - self.dead):
+            if await env.ledger.session_alive(session):
+                self.dying.discard(session)
+            elif at_start or session in self.dying:
+                log.warning("replica session %s is gone: recovering its claims of agent %s", session, env.agent)
+                self.dying.discard(session)
+                self.dead.add(session)
+            else:
+                self.dying.add(session)
+        running = self.table.running()
+        for record in records:
+            if record.claim.session_generation in self.dead and record.task_id not in running:
+                await self._recover_dead(record)
 
-    async def _tail(self, task_id: str, seq: int, listener: Listener) -> None:
-        while True:
-            for seq, body in await self.env.ledger.events_after(task_id, seq):
-                update = Parse(body, StreamResponse())
-                listener.queue.put_nowait(getattr(update, update.WhichOneof("payload") or "task"))
-            await asyncio.sleep(REPLICA_POLL)
+    async def _recover_dead(self, record: TaskRecord) -> None:
+        """Recover a claim whose replica is gone, with the cancel requests left for it recorded on the claim first."""
+        env = self.env
+        pending = [request for request in await env.ledger.take_requests([record.task_id]) if request.kind == "cancel"]
+        live = await self.table.acquire(record.task_id, owner_context(record.owner))
+        try:
+            if live.canceling is not None:
+                return
+            await self.writer.refresh(live)
+            expected = live.record.claim
+            if pending and expected.state in HELD and not expected.cancellation_requested:
+                await self.writer.post(live, Op("request_cancel"), {"requested_by": pending[0].requested_by})
+                if not await self.writer.commit_at_rest(live, expected):
+                    live.record.claim = expected
+                    for request in pending:
+                        await env.ledger.add_request(request, env.clock.now())
+                    return
+            found = live.record.copy()
+        finally:
+            self.table.release(live)
+        if self.recover is not None and found.claim.state in HELD:
+            await self.recover(found)
+
+    async def tail(self, task_id: str, owner: ServerCallContext, listener: Listener) -> None:
+        """Feed a listener from the task's event log, after the revision its snapshot holds (`listener.after`)."""
+        await self.feeds.follow(task_id, owner, listener)
+
+    async def join(self, task_id: str, owner: ServerCallContext, listener: Listener, message_id: str | None) -> bool:
+        """Feed a listener the turn of a message (any turn, without one) that holds the task on some replica: the task
+        as stored, then the events after it, then the end of that turn. False if no such turn holds the task."""
+        found = await self.env.ledger.read(task_id, self.env.store, owner)
+        if found is None:
+            return False
+        record, task = found
+        latest = last_user_message(task)
+        if record.claim.state not in HELD or (
+            message_id is not None and (record.signal is not None or latest is None or latest.message_id != message_id)
+        ):
+            return False
+        listener.turn, listener.after = record.claim.claim_generation, record.revision
+        listener.queue.put_nowait(task)
+        await self.feeds.follow(task_id, owner, listener, record.claim.claim_generation)
+        return True
+
+    def join_winner(self, task_id: str, owner: ServerCallContext, listener: Listener) -> None:
+        """The caller of a first turn that another replica opened first follows that replica's turn instead."""
+        self.joining[listener] = asyncio.ensure_future(self._join_or_end(task_id, owner, listener))
+
+    async def _join_or_end(self, task_id: str, owner: ServerCallContext, listener: Listener) -> None:
+        if await self.join(task_id, owner, listener, None):
+            return
+        found = await self.env.ledger.read(task_id, self.env.store, owner)
+        task = found[1] if found is not None else None
+        if task is not None:
+            listener.queue.put_nowait(task)
+        listener.queue.put_nowait(TurnEnded(task))
 
     def untail(self, listener: Listener) -> None:
-        tail = self.tails.pop(listener, None)
-        if tail is not None:
-            tail.cancel()
+        joining = self.joining.pop(listener, None)
+        if joining is not None:
+            joining.cancel()
+        self.feeds.unfollow(listener)

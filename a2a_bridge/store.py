@@ -29,8 +29,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from a2a_bridge.ledger import Ledger, MemoryLedger, SqlLedger
+from a2a_bridge.ledger import Ledger, MemoryLedger
 from a2a_bridge.proto_json import from_dict
+from a2a_bridge.sql_ledger import SqlLedger
 from a2a_bridge.store_faults import StoreHealth
 
 

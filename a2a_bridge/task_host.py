@@ -10,7 +10,7 @@ from typing import Any
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore, TaskStore
-from a2a.types import Task
+from a2a.types import SendMessageRequest, Task
 
 from a2a_bridge import errors
 from a2a_bridge.auth import caller_name, may_see, owner_context, visible_to
@@ -25,6 +25,7 @@ from a2a_bridge.states import is_terminal
 from a2a_bridge.sweeps import Sweeps
 from a2a_bridge.task_writer import TaskWriter
 from a2a_bridge.turns import TurnRunner
+
 
 class TaskHost:
     """One agent's tasks: its store and ledger, its executor, and the live tasks of this process."""
@@ -50,8 +51,10 @@ class TaskHost:
         self.sweeps = Sweeps(self.env, self.table, self.writer, self.turns)
         self.agent, self.store, self.ledger, self.new_id = agent, store, ledger, new_id
         self.push_store, self.push, self.settings = push_store, push, self.env.settings
+        self.writer.join_winner = self.replicas.join_winner
+        self.session_lost = False
+        """Set while this process has lost its session: it takes no turn."""
         self.sending = self.turns.sending
-        self.send = self.turns.send
         self.follow = self.turns.follow
         self.resume = self.turns.resume
         self.cancel = self.cancels.cancel
@@ -71,7 +74,10 @@ class TaskHost:
         """Take this process's session generation, recover claims of older sessions, and watch idle deadlines."""
         env = self.env
         env.session = session
-        await self.sweeps.recover_stopped()
+        if self.ledger.shared:
+            await self.replicas.sweep_sessions(at_start=True)
+        else:
+            await self.sweeps.recover_stopped()
         if self.ledger.shared:
             self._watch(self.replicas.watch(self.cancel, self.sweeps.recover))
         else:
@@ -99,6 +105,29 @@ class TaskHost:
                 job.cancel()
             await asyncio.gather(*late, return_exceptions=True)
 
+    def lose_session(self) -> None:
+        """This process no longer holds its session: take no turn, and fence the turns running (their claims are
+        recovered by the replicas, or here once a new session is taken)."""
+        self.env.session = 0
+        self.session_lost = True
+        for live in self.table.running().values():
+            if live.running is not None and live.running_turn is not None:
+                live.fenced.add(live.running_turn)
+                live.running.cancel()
+
+    def regain_session(self, session: int) -> None:
+        """A new session generation after a lost one; the old session's claims are recovered like a dead replica's."""
+        self.env.session = session
+        self.session_lost = False
+
+    async def send(
+        self, request: SendMessageRequest, context: ServerCallContext, listener: Listener, new_task_id: str | None = None
+    ) -> str:
+        """TurnRunner.send, refused while this process holds no session."""
+        if self.session_lost:
+            raise errors.no_session()
+        return await self.turns.send(request, context, listener, new_task_id)
+
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         """The task as last stored, if the caller may see it (from memory while this process holds it); a task the
         caller may not see takes the same path as one that does not exist, so the answer's time tells nothing."""
@@ -122,6 +151,13 @@ class TaskHost:
         task = await self.store.get(task_id, owner_context(record.owner))
         return (task, record) if task is not None else None
 
+    async def read(self, task_id: str, context: ServerCallContext) -> tuple[TaskRecord, Task] | None:
+        """The stored record and task of one revision, if the caller may see the task."""
+        record = await self.ledger.get(task_id)
+        if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
+            return None
+        return await self.ledger.read(task_id, self.store, owner_context(record.owner))
+
     async def stored_record(self, task_id: str, caller: str) -> TaskRecord | None:
         """The record as last stored (not a copy: read only), if the caller (a principal name, '' for anonymous) may
         see the task; what a status poll compares its ETag with, without the task."""
@@ -134,18 +170,23 @@ class TaskHost:
     async def subscribe(self, task_id: str, context: ServerCallContext) -> tuple[Task, Listener]:
         """A snapshot and a listener on every later event of a task that has not ended; pair with unsubscribe.
 
-        On a shared database the listener follows the task's event log, whichever replica runs its turns."""
+        The snapshot is the task as stored, and the listener gets only the events of later revisions, so the two
+        never overlap nor leave a gap. On a shared database the listener follows the task's event log, whichever
+        replica runs its turns."""
         live = await self.table.acquire(task_id, context)
         try:
             await self.writer.refresh(live)
-            if is_terminal(live.task.status.state):
-                raise errors.task_is_terminal(live.task)
-            listener = Listener()
+            while live.durable is None:
+                await self.env.changed(task_id).wait()
+            task, record = live.durable
+            if is_terminal(task.status.state):
+                raise errors.task_is_terminal(task)
+            listener = Listener(after=record.revision)
             if self.ledger.shared:
-                self.replicas.tail(task_id, live.record.revision, listener)
+                await self.replicas.tail(task_id, live.owner, listener)
             else:
                 live.listeners.append(listener)
-            return snapshot(live.task), listener
+            return snapshot(task), listener
         finally:
             self.table.release(live)
 

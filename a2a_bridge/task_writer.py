@@ -4,9 +4,11 @@ webhooks."""
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from a2a.server.context import ServerCallContext
 from a2a.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
@@ -15,9 +17,10 @@ from a2a_bridge import claims
 from a2a_bridge.auth import RESPONSIBLE_USER
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import ClaimEvent, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, TaskEnded, TaskExists, TaskRecord
 from a2a_bridge.live_tasks import (
     FeedItem,
+    Listener,
     LiveTask,
     Pending,
     Refused,
@@ -52,6 +55,8 @@ class TaskWriter:
     def __init__(self, env: HostEnv, table: TaskTable) -> None:
         self.env = env
         self.table = table
+        self.join_winner: Callable[[str, ServerCallContext, Listener], None] | None = None
+        """Hands the listener of a first turn that lost its task to another replica to that replica's turn."""
 
     async def open(self, pending: Pending, turn: int, execution: asyncio.Future[None] | None, agent_task: Task | None) -> LiveTask:
         """Store a new task under its first claim (merging what the agent sent) and publish its first snapshot."""
@@ -81,17 +86,22 @@ class TaskWriter:
         live.unsaved.append((turn, snapshot(task)))
         if env.settings.repeat_safe and not env.ledger.shared:
             self.defer(live)
-        else:
+            return live
+        try:
             await self._store_first(live)
+        except TaskExists:
+            self._lost(live, turn, pending)
         return live
 
     async def _store_first(self, live: LiveTask) -> None:
         """A new task whose agent must not act before it is stored: stored now, or dropped with its callers told, and
-        StoreUnavailable raised to the agent."""
+        StoreUnavailable raised to the agent (TaskExists when another replica stored it first)."""
         async with live.store_lock:
             try:
                 await self._store_held(live)
                 return
+            except TaskExists:
+                raise
             except Exception as error:
                 log.warning("task %s not created: %s", live.task.id, type(error).__name__)
         self.table.live.pop(live.task.id, None)
@@ -99,6 +109,21 @@ class TaskWriter:
         live.claim_log.clear()
         self._tell_store_down(live)
         raise StoreUnavailable(live.task.id)
+
+    def _lost(self, live: LiveTask, turn: int, pending: Pending) -> None:
+        """Another replica stored this task first: fence this turn, write nothing, stop the agent, and let the caller
+        follow the winner's turn."""
+        log.warning("task %s was opened by another replica first; this turn is fenced", live.task.id)
+        live.fenced.add(turn)
+        live.unsaved.clear()
+        live.claim_log.clear()
+        live.listeners.remove(pending.listener)
+        if self.table.live.get(live.task.id) is live:
+            del self.table.live[live.task.id]
+        if live.running is not None:
+            live.running.cancel()
+        if self.join_winner is not None:
+            self.join_winner(live.task.id, pending.owner, pending.listener)
 
     async def post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
         """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
@@ -135,38 +160,50 @@ class TaskWriter:
             return stored
 
     async def refresh(self, live: LiveTask) -> None:
-        """Reread a task that no turn of this process runs: another replica may have changed it."""
+        """Reread a task that no turn of this process runs: another replica may have changed it (its record first: the
+        task changes only with the revision)."""
         if not self.env.ledger.shared or live.running is not None or live.retrying is not None:
             return
-        record = await self.env.ledger.get(live.task.id)
-        task = await self.env.store.get(live.task.id, live.owner)
-        if record is not None and task is not None:
-            live.record, live.task, live.bytes = record, task, None
+        stored = await self.env.ledger.get(live.task.id)
+        if stored is not None and (stored.revision, stored.claim, stored.signal) == (live.record.revision, live.record.claim, live.record.signal):
+            return
+        found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
+        if found is not None:
+            live.record, live.task = found
+            live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
 
-    async def save(self, live: LiveTask, changes: int = 1) -> None:
-        """Store the task and its record with the revision moved once per change it holds; a canceled turn does not
-        interrupt the write. If the store refuses it, the record is as before and the claim events wait for the next
-        write: StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
-        await asyncio.shield(self._write(live, changes))
+    async def save(self, live: LiveTask, changes: int = 1, items: Sequence[FeedItem] = ()) -> int:
+        """Store the task and its record with the revision moved once per change it holds (`items`, when given, are
+        those changes: on a shared database each event among them goes to the event log under the revision it
+        produced); a canceled turn does not interrupt the write. The task is stored as it is at this call, which holds
+        exactly those changes (anything folded later belongs to a later revision). Returns the revision before the
+        save. If the store refuses it, the record is as before and the claim events wait for the next write:
+        StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
+        return await asyncio.shield(self._write(live, changes, items, snapshot(live.task)))
 
-    async def _write(self, live: LiveTask, changes: int) -> None:
+    async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
         env = self.env
         async with live.save_lock:
             stored = replace(live.record)
             record = live.record
+            before = record.revision
             record.revision += changes
-            record.state = state_name(live.task.status.state)
-            record.notifications = next_notifications(record.notifications, live.task, record.responsible_user, env.clock.now())
+            record.state = state_name(persisted.status.state)
+            record.notifications = next_notifications(record.notifications, persisted, record.responsible_user, env.clock.now())
             lifespan = env.settings.idle_lifespan
-            idle = lifespan is not None and row_for(live.task.status.state).phase == "idle"
+            idle = lifespan is not None and row_for(persisted.status.state).phase == "idle"
             if idle and record.idle_expires_at is None and lifespan is not None:
                 record.idle_expires_at = env.clock.now() + lifespan
             elif not idle:
                 record.idle_expires_at = None
-            persisted = snapshot(live.task)
+            logged = [
+                (before + offset, MessageToJson(to_stream_response(item)))
+                for offset, item in enumerate(items, 1)
+                if env.ledger.shared and not isinstance(item, Task)
+            ]
             posted = self._posted(live)
             try:
-                await env.ledger.save(env.store, persisted, live.owner, record, posted)
+                await env.ledger.save(env.store, persisted, live.owner, record, posted, new=live.durable is None, log=logged)
             except Exception as error:
                 record.revision, record.state = stored.revision, stored.state
                 record.notifications, record.idle_expires_at = stored.notifications, stored.idle_expires_at
@@ -178,6 +215,7 @@ class TaskWriter:
             else:
                 env.deadlines.pop(record.task_id, None)
         env.signal_change(live.task.id)
+        return before
 
     async def put_record(self, live: LiveTask) -> None:
         """Store a claim change that leaves the status view as it was (a lease renewal, an operation window). When
@@ -211,11 +249,12 @@ class TaskWriter:
             live.durable = (task, replace(record, claim=live.record.claim, signal=live.record.signal))
 
     @staticmethod
-    def publish(live: LiveTask, turn: int | None, item: FeedItem) -> None:
-        """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts."""
+    def publish(live: LiveTask, turn: int | None, item: FeedItem, revision: int | None = None) -> None:
+        """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts. An
+        item of a `revision` is skipped by a listener whose snapshot already holds that revision."""
         rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
         for listener in live.listeners:
-            if listener.wants(turn):
+            if listener.wants(turn) and (revision is None or revision > listener.after):
                 listener.queue.put_nowait(snapshot(live.task) if rest and listener.snapshots else item)
 
     @staticmethod
@@ -292,7 +331,7 @@ class TaskWriter:
         """Save the task with what was folded into it since the last save, then publish it in order (a new task's
         first snapshot, then the agent's events, which also go to the shared event log and to webhooks). False when
         the store is down: the events are kept and a retrier stores and publishes them once it is back."""
-        unstorable = False
+        refused: Exception | None = None
         async with live.store_lock:
             if live.retrying is not None:
                 return False
@@ -301,11 +340,12 @@ class TaskWriter:
             except StoreUnavailable:
                 self._keep_retrying(live)
                 return False
-            except Exception:
-                log.exception("the events of task %s cannot be stored; the turn ends FAILED", live.task.id)
-                unstorable = True
-        if unstorable:
-            await self._unstorable(live)
+            except TaskExists:
+                raise
+            except Exception as error:
+                refused = error
+        if refused is not None:
+            await self._refused(live, refused)
         self.table.evict_if_idle(live)
         return True
 
@@ -316,18 +356,14 @@ class TaskWriter:
             return
         events, live.unsaved = live.unsaved, []
         try:
-            await self.save(live, len(events))
+            before = await self.save(live, len(events), [event for _, event in events])
         except Exception:
             live.unsaved[:0] = events
             raise
-        for turn, event in events:
+        for revision, (turn, event) in enumerate(events, before + 1):
+            self.publish(live, turn, event, revision)
             if isinstance(event, Task):
-                self.publish(live, turn, event)
                 continue
-            if self.env.ledger.shared:
-                body = MessageToJson(to_stream_response(event))
-                await self.env.ledger.append_event(live.task.id, live.record.revision, body)
-            self.publish(live, turn, event)
             if self.env.push is not None and not isinstance(event, Message):
                 self.env.push.notify(live.task.id, event)
 
@@ -340,7 +376,7 @@ class TaskWriter:
         period has passed; then end the turns that ended meanwhile."""
         loop = asyncio.get_running_loop()
         tell_at = loop.time() + self.env.settings.store_grace
-        unstorable = False
+        refused: Exception | None = None
         try:
             for delay in backoff():
                 await asyncio.sleep(delay)
@@ -351,20 +387,45 @@ class TaskWriter:
                         if loop.time() >= tell_at:
                             self._tell_store_down(live)
                         continue
-                    except Exception:
-                        log.exception("the events of task %s cannot be stored; the turn ends FAILED", live.task.id)
-                        unstorable = True
+                    except Exception as error:
+                        refused = error
                     break
         finally:
             live.retrying = None
-        if unstorable:
-            await self._unstorable(live)
+        if refused is not None:
+            await self._refused(live, refused)
         else:
             log.info("store available again: task %s is stored", live.task.id)
         for turn in live.ended_turns:
             self.end_turn(live, turn)
         live.ended_turns.clear()
         self.table.evict_if_idle(live)
+
+    async def _refused(self, live: LiveTask, error: Exception) -> None:
+        """A write the store refused for good: the task ended elsewhere, or its content cannot be stored."""
+        if isinstance(error, TaskEnded):
+            await self._ended_elsewhere(live)
+        else:
+            log.error("the events of task %s cannot be stored (%s); the turn ends FAILED", live.task.id, type(error).__name__)
+            await self._unstorable(live)
+
+    async def _ended_elsewhere(self, live: LiveTask) -> None:
+        """The store holds the task as ended (another replica ended it): drop what this process folded since, take
+        the task as stored, tell its callers, and stop its turn."""
+        log.warning("task %s has ended elsewhere; what this process folded since is dropped", live.task.id)
+        live.unsaved.clear()
+        live.claim_log.clear()
+        if live.running_turn is not None:
+            live.fenced.add(live.running_turn)
+        found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
+        if found is not None:
+            live.record, live.task = found
+            live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
+        for listener in live.listeners:
+            listener.queue.put_nowait(TurnEnded(snapshot(live.task)))
+        live.listeners.clear()
+        if live.running is not None:
+            live.running.cancel()
 
     @staticmethod
     def _tell_store_down(live: LiveTask) -> None:

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUE_WAIT = 3600.0
 """The longest a queued turn waits for another replica's turn to end."""
+RELEASE_POLL = 1.0
+"""Seconds a turn queued behind another replica's waits for that replica's notice before it reads the claim anyway."""
 
 
 def too_large(limit: int) -> A2AError:
@@ -117,16 +119,18 @@ class TurnRunner:
         job.add_done_callback(ended)
 
     def follow(self, task_id: str, context: ServerCallContext, message_id: str, listener: Listener) -> bool:
-        """Feed a listener the running turn of a task's latest user message, from a snapshot on; False if no such
-        turn runs in this process, or while events are still to be published (the caller waits and asks again)."""
+        """Feed a listener the running turn of a task's latest user message, from the task as stored on (the events of
+        later revisions follow); False if no such turn runs in this process, or while events are still to be published
+        (the caller waits and asks again)."""
         live = self.table.live.get(task_id)
         if live is None or not may_use(live.record, context, False) or live.running_turn is None or live.unsaved:
             return False
         latest = last_user_message(live.task)
-        if live.record.signal is not None or latest is None or latest.message_id != message_id:
+        if live.record.signal is not None or latest is None or latest.message_id != message_id or live.durable is None:
             return False
-        listener.turn = live.running_turn
-        listener.queue.put_nowait(snapshot(live.task))
+        task, record = live.durable
+        listener.turn, listener.after = live.running_turn, record.revision
+        listener.queue.put_nowait(snapshot(task))
         live.listeners.append(listener)
         return True
 
@@ -171,6 +175,7 @@ class TurnRunner:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MAX_QUEUE_WAIT
         while True:
+            released = self.env.changed(live.task.id)
             await self.writer.refresh(live)
             expected = live.record.claim
             if is_terminal(live.task.status.state):
@@ -178,7 +183,8 @@ class TurnRunner:
             if self.held_elsewhere(expected):
                 if loop.time() > deadline:
                     raise ClaimError("busy", "another replica's turn still holds the task")
-                await asyncio.sleep(0.1)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), RELEASE_POLL)
                 continue
             if expected.state == claims.CLAIMED:
                 await self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
@@ -212,13 +218,13 @@ class TurnRunner:
                     await self._register_push(live.task.id, request, context)
                     add_user_input(live.task, request.message, self.env.clock.now())
                     live.bytes = None
-                    await self.writer.save(live)
+                    before = await self.writer.save(live)
                 except Exception as error:
                     listener.queue.put_nowait(Refused(await self._put_back(live, error)))
                     return
                 listener.turn = turn
                 live.listeners.append(listener)
-                self.writer.publish(live, turn, snapshot(live.task))
+                self.writer.publish(live, turn, snapshot(live.task), before + 1)
                 await self.execution.run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, None))
                 await self.execution.finish_turn(live, turn)
         finally:

@@ -5,6 +5,8 @@ What it does is named by the user's text:
 - `ask`: creates its task and leaves it idle in INPUT_REQUIRED (any follow-up completes it);
 - `stream N GAP_MS`: creates its task and emits N artifact events, GAP_MS milliseconds apart (0: back to back), each
   text being `emit=NANOSECONDS seq=I` with the wall-clock time it was emitted at, then completes.
+
+A cancel ends the task CANCELED with the text `stopped=NANOSECONDS`, the wall-clock time the turn had stopped at.
 """
 
 import asyncio
@@ -84,7 +86,10 @@ class Bench(AgentExecutor):
         await self._status(event_queue, task_id, context_id, TaskState.TASK_STATE_COMPLETED)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        await self._status(event_queue, context.task_id or "", context.context_id or "", TaskState.TASK_STATE_CANCELED)
+        """CANCELED, its message naming when the cancel reached the agent (`stopped=NANOSECONDS`, wall clock): the
+        host calls cancel() once the turn it stopped has ended."""
+        text = f"stopped={time.time_ns()}"
+        await self._status(event_queue, context.task_id or "", context.context_id or "", TaskState.TASK_STATE_CANCELED, text)
 
     async def _stream(self, queue: EventQueue, task_id: str, context_id: str, count: int, gap: float) -> None:
         for seq in range(count):

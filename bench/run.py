@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.load import RequestFor, drive, event_loop_factory
 from bench.populate import clone_tasks
+from bench.replicas import WARMUP, ReplicaStats, measure_replicas, replicas_acceptance, replicas_table
 from bench.status_poll import (
     A2A_HEADERS,
     CLIENT_CORE,
@@ -51,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 JS_DIR = ROOT / "interop" / "js"
 PERFORMANCE = ROOT / "docs" / "PERFORMANCE.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+REPLICAS_BEGIN, REPLICAS_END = "<!-- bench:replicas:begin -->", "<!-- bench:replicas:end -->"
+"""The replica section has its own markers, so `--only replicas` rewrites it alone."""
 AGENT = "bench"
 STOP_TIMEOUT = 10.0
 SETTLE = 1.0
@@ -67,6 +70,7 @@ INPUT_REQUIRED = b'"TASK_STATE_INPUT_REQUIRED"'
 PLACEHOLDER = "@@@@@@@@@@"
 EMIT = re.compile(rb"emit=(\d+) seq=(\d+)")
 TASK_ID = re.compile(rb'"task":\s*\{"id":\s*"([^"]+)"')
+PG_URL = "A2A_BRIDGE_PG_URL"
 PINNED = two_cores() and shutil.which("taskset") is not None
 """Whether servers run on core 0 and the client on core 1; decided before the client pins itself."""
 
@@ -95,11 +99,13 @@ class Plan:
     """The cap on serving SendMessages into the SQLite store; what it misses of `large_store` is inserted directly."""
     idle_seconds: float = 90.0
     """The cap on each fill of the RSS measures of idle tasks."""
+    replica_samples: int = 100
+    """Samples of each replica measure (bench/replicas.py), where A2A_BRIDGE_PG_URL names a PostgreSQL server."""
 
 
 QUICK = Plan(
     rounds=1, seconds=2.0, warmup=0.5, streams=10, burst_events=1_000, latency_requests=200, latency_seconds=3.0,
-    rss_store=2_000, large_store=20_000, idle_tasks=2_000, fill_seconds=60.0, idle_seconds=30.0,
+    rss_store=2_000, large_store=20_000, idle_tasks=2_000, fill_seconds=60.0, idle_seconds=30.0, replica_samples=30,
 )
 
 
@@ -755,14 +761,38 @@ def render(results: Results, plan: Plan, listed: list[Server], command: str, ela
     return "\n".join(lines)
 
 
-def write_doc(report: str, path: Path = PERFORMANCE) -> None:
-    """Put the report between the markers of docs/PERFORMANCE.md, replacing the previous one."""
-    block = f"{BEGIN}\n{report}\n{END}"
-    if path.exists() and BEGIN in (text := path.read_text()) and END in text:
-        head, rest = text.split(BEGIN, 1)
-        path.write_text(head + block + rest.split(END, 1)[1])
+def write_doc(report: str, path: Path = PERFORMANCE, begin: str = BEGIN, end: str = END) -> None:
+    """Put the report between its markers in docs/PERFORMANCE.md, replacing the previous one (a section not there yet
+    is added at the end)."""
+    block = f"{begin}\n{report}\n{end}"
+    if path.exists() and begin in (text := path.read_text()) and end in text:
+        head, rest = text.split(begin, 1)
+        path.write_text(head + block + rest.split(end, 1)[1])
+    elif path.exists():
+        path.write_text(path.read_text().rstrip("\n") + f"\n\n{block}\n")
     else:
         path.write_text(f"# Performance\n\nWritten by `make bench` (bench/run.py); `make bench-quick` prints a shorter run.\n\n{block}\n")
+
+
+def render_replicas(stats: ReplicaStats | None, plan: Plan, command: str, load: float) -> str:
+    """The replica section: two bridge processes on one PostgreSQL database, or why it was not measured."""
+    lines = [
+        "## Replicas on PostgreSQL (bench/replicas.py)",
+        "",
+        f"Measured with `{command}`: {cpu_model()}, {os.cpu_count()} cores, load average {load:.2f} before the run; "
+        "two `a2a-bridge serve --agent bench` processes on one fresh PostgreSQL database (on the same machine), "
+        f"unpinned; CPython {platform.python_version()} ({sys.executable}) runs both and the client; "
+        f"{plan.replica_samples} samples of each measure after {WARMUP} of warm-up. B hears of A's work by LISTEN/NOTIFY "
+        "(NOTIFY sent in the write's transaction); polling is only the safety net (1 s).",
+        "",
+    ]
+    if stats is None:
+        return "\n".join([*lines, f"Not measured: {PG_URL} does not name a PostgreSQL server."])
+    checks = replicas_acceptance(stats)
+    return "\n".join([
+        *lines, *replicas_table(stats), "", "### Acceptance (issue 13)", "",
+        *[f"- {'PASS' if passed else 'FAIL'}: {text}" for text, passed in checks],
+    ])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -773,6 +803,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--large-store", type=int, help="tasks in the large SQLite store")
     root.add_argument("--bridge-root", type=Path, default=ROOT, help="run a2a-bridge from this source tree")
     root.add_argument("--no-write", action="store_true", help=f"print only; do not update {PERFORMANCE.relative_to(ROOT)}")
+    root.add_argument("--only", choices=["replicas"], help="measure only this part (and write only its section)")
     return root
 
 
@@ -790,12 +821,21 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {CLIENT_CORE})
     listed = servers(args.bridge_root.resolve())
     started, load = time.monotonic(), os.getloadavg()[0]
+    pg = os.environ.get(PG_URL)
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as scratch, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        results = runner.run(measure_all(plan, listed, Path(scratch)))
-    report = render(results, plan, listed, command, time.monotonic() - started, load)
-    print(report)
+        results = None if args.only else runner.run(measure_all(plan, listed, Path(scratch)))
+        if pg:
+            progress(f"replicas: two bridge processes on PostgreSQL, {plan.replica_samples} samples of each measure")
+        replicas = runner.run(measure_replicas(pg, plan.replica_samples, Path(scratch))) if pg else None
+    replica_report = render_replicas(replicas, plan, command, load)
+    if results is not None:
+        report = render(results, plan, listed, command, time.monotonic() - started, load)
+        print(report)
+        if not args.no_write:
+            write_doc(report)
+    print(replica_report)
     if not args.no_write:
-        write_doc(report)
+        write_doc(replica_report, begin=REPLICAS_BEGIN, end=REPLICAS_END)
 
 
 if __name__ == "__main__":

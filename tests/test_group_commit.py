@@ -17,7 +17,7 @@ from sqlalchemy import inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from a2a_bridge.group_commit import GroupCommit
-from a2a_bridge.ledger import task_row
+from a2a_bridge.ledger_tables import task_row
 from tests.support import A2A, ServerProcess, rpc, user_message
 from tests.test_proto_json import tasks
 
@@ -74,6 +74,24 @@ async def _test_a_failing_write_fails_alone_and_the_others_commit() -> None:
     assert results[0] == "X" and results[2] == "Y"
     assert isinstance(results[1], ValueError)
     assert store.batches[0] == ["x", "bad", "y"]
+
+
+def test_a_one_item_batch_that_fails_is_written_again_alone() -> None:
+    asyncio.run(_test_a_one_item_batch_that_fails_is_written_again_alone())
+
+
+async def _test_a_one_item_batch_that_fails_is_written_again_alone() -> None:
+    """A lone write whose batch fails (another replica inserted the same message first) still gets `write_one`, which
+    may answer it (from the row the other replica wrote)."""
+    store = Recorder()
+    store.gate.set()
+
+    async def recovered(item: str) -> str:
+        return f"recovered {item}"
+
+    commit: GroupCommit[str, str] = GroupCommit(store.write_many, recovered)
+    assert await commit.submit("bad") == "recovered bad"
+    assert store.batches == [["bad"]]
 
 
 def test_a_canceled_writer_does_not_stop_its_write() -> None:

@@ -31,8 +31,9 @@ from tests.stock_sdk import open_task
 from tests.support import rpc, rpc_stream, serve_in_thread, user_message, wait_for
 
 REPETITIONS = 20
-TURN_SECONDS = 0.4
-"""How long each turn of the test agent works: long enough for the other replica to act during it."""
+TURN_SECONDS = 0.8
+"""How long each turn of the test agent works: long enough for the other replica to act during it, also on a loaded
+machine (a cancel reaches the other replica through a few queries of each)."""
 
 
 def pg_server_url() -> str:

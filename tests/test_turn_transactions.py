@@ -5,7 +5,7 @@ always works on a task that has not ended. The bridge runs on uvicorn with a led
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -42,12 +42,15 @@ class FaultyLedger(MemoryLedger):
         super().__init__()
         self.down = False
 
-    async def save(self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent]) -> None:
+    async def save(
+        self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+    ) -> None:
         if self.down:
             raise disk_error()
         if any(UNSTORABLE in part.text for message in task.history for part in message.parts):
             raise ValueError("a value the store cannot hold")
-        await super().save(store, task, context, record, events)
+        await super().save(store, task, context, record, events, new=new, log=log)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         if self.down:

@@ -1,0 +1,73 @@
+"""A process's session on PostgreSQL: the connection that holds its advisory lock for as long as the process lives
+and, on that same connection, LISTENs for what the other replicas commit (its loss is the loss of the session); the
+NOTIFY payloads the writes send at commit; and whether another session's process still lives."""
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from a2a_bridge.ledger_tables import SESSION_LOCKS
+
+CHANNEL = "a2a_bridge"
+"""The NOTIFY channel of the replicas on one database; a payload is "<kind>:<task id>[:<detail>]" (`ledger.Notice`)."""
+NOTIFY = text(f"SELECT pg_notify('{CHANNEL}', payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
+MAX_PAYLOAD = 7900
+"""PostgreSQL refuses a NOTIFY payload of 8000 bytes or more: a logged event longer than this is announced without
+its body (a "t" notice), and read from the log."""
+
+
+def event_notices(logged: list[dict[str, Any]]) -> list[str]:
+    """"e:<task id>:<seq>:<body>" for each logged event short enough to travel in its notice: a replica following the
+    task hands it on without reading the log."""
+    notices = (f"e:{row['task_id']}:{row['seq']}:{row['body']}" for row in logged)
+    return [notice for notice in notices if len(notice.encode()) <= MAX_PAYLOAD]
+
+
+async def session_alive(engine: AsyncEngine, session: int) -> bool:
+    """Whether the process of a session still holds its lock."""
+    async with engine.connect() as conn:
+        params = {"ns": SESSION_LOCKS, "id": session}
+        taken = (await conn.execute(text("SELECT pg_try_advisory_lock(:ns, :id)"), params)).scalar_one()
+        if taken:
+            await conn.execute(text("SELECT pg_advisory_unlock(:ns, :id)"), params)
+        await conn.commit()
+    return not taken
+
+
+class SessionConnection:
+    """The connection of this process's session: its lock, its LISTEN, and the news of its loss."""
+
+    def __init__(self, engine: AsyncEngine, heard: Callable[[str], None], lost: Callable[[], None]) -> None:
+        self.engine = engine
+        self.heard = heard
+        self.lost = lost
+        self._connection: AsyncConnection | None = None
+
+    async def take(self, session: int) -> None:
+        """Hold the lock of a (new) session generation and listen on its connection."""
+        await self.drop()
+        connection = await self.engine.connect()
+        await connection.execute(text("SELECT pg_advisory_lock(:ns, :id)"), {"ns": SESSION_LOCKS, "id": session})
+        await connection.commit()
+        driver = (await connection.get_raw_connection()).driver_connection
+        await driver.add_listener(CHANNEL, self._heard)
+        driver.add_termination_listener(self._terminated)
+        self._connection = connection
+
+    async def drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):  # a lost connection may fail to close; it is gone either way
+                driver = (await connection.get_raw_connection()).driver_connection
+                driver.remove_termination_listener(self._terminated)
+                await connection.close()
+
+    def _heard(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
+        self.heard(payload)
+
+    def _terminated(self, _connection: object) -> None:
+        self._connection = None
+        self.lost()

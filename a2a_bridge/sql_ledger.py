@@ -1,0 +1,410 @@
+"""The ledger in the same database as the tasks: SQLite (one process) or PostgreSQL (shared by replicas, which hold
+an advisory lock on their session and hear each other's changes by LISTEN/NOTIFY on that same connection)."""
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import DatabaseTaskStore, TaskStore
+from a2a.types import Task
+from sqlalchemy import Table, and_, delete, insert, inspect, select, text, tuple_, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from a2a_bridge.claims import TERMINAL, Claim
+from a2a_bridge.group_commit import GroupCommit
+from a2a_bridge.ledger import (
+    HELD,
+    ClaimEvent,
+    Notice,
+    Request,
+    SentMessage,
+    TaskEnded,
+    TaskExists,
+    TaskRecord,
+    read_consistently,
+)
+from a2a_bridge.ledger_tables import (
+    claim_events_table,
+    event_rows,
+    events_table,
+    messages_table,
+    metadata,
+    record_of,
+    record_statement,
+    records_table,
+    requests_table,
+    row_values,
+    sessions_table,
+    task_row,
+    upsert_statement,
+    utc,
+)
+from a2a_bridge.pg_session import NOTIFY, SessionConnection, event_notices, session_alive
+from a2a_bridge.store_faults import StoreHealth, transient
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True)
+class _Save:
+    """A task row (absent for a record-only write), its record row, the claim events it posted and the event-log rows
+    it appends; `new` writes the record only if none is stored."""
+
+    table: Table | None
+    task: dict[str, Any] | None
+    record: dict[str, Any]
+    events: list[dict[str, Any]]
+    new: bool = False
+    log: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Remember:
+    """A message sent under (agent, owner, messageId), unless it was sent before."""
+
+    key: tuple[str, str, str]
+    sent: SentMessage
+
+
+_Write = _Save | _Remember
+_Outcome = SentMessage | TaskExists | TaskEnded | None
+"""What a write answers: a message's first send, or the refusal of a save; a refusal is the answer of one write, not a
+failure of the batch that holds it."""
+
+
+def _missing_session_column(conn: Connection) -> bool:
+    return "session" not in {column["name"] for column in inspect(conn).get_columns(messages_table.name)}
+
+
+class SqlLedger:
+    """The ledger on SQLAlchemy: SQLite or PostgreSQL."""
+
+    def __init__(self, engine: AsyncEngine, health: StoreHealth | None = None) -> None:
+        self.engine = engine
+        self.health = health or StoreHealth()
+        self.shared = engine.dialect.name == "postgresql"
+        self._ready = False
+        self._session = SessionConnection(engine, self._heard, self._terminated)
+        self._notices: list[Notice] = []
+        self._lost: list[Callable[[], None]] = []
+        self._changed = asyncio.Event()
+        self._writes: GroupCommit[_Write, _Outcome] = GroupCommit(self._write_many, self._write_one)
+
+    async def _init(self) -> None:
+        if not self._ready:
+            async with self.engine.begin() as conn:
+                await conn.run_sync(metadata.create_all)
+                if await conn.run_sync(_missing_session_column):
+                    exists = " IF NOT EXISTS" if self.shared else ""
+                    await conn.execute(text(f"ALTER TABLE {messages_table.name} ADD COLUMN{exists} session INTEGER"))
+            self._ready = True
+
+    async def start_session(self, now: datetime) -> int:
+        """A new session generation; on PostgreSQL the process holds an advisory lock on it while it lives, and
+        listens for the other replicas' changes on the same connection (its loss is the loss of the session)."""
+        await self._init()
+        async with self.engine.begin() as conn:
+            result = await conn.execute(insert(sessions_table).values(started_at=now))
+            session = int(result.inserted_primary_key[0])
+        if self.shared:
+            await self._session.take(session)
+        return session
+
+    def _heard(self, payload: str) -> None:
+        kind, task_id, *detail = payload.split(":", 2)
+        self._announce()
+        for notice in self._notices:
+            notice(kind, task_id, detail[0] if detail else "")
+
+    def _terminated(self) -> None:
+        log.error("the session's database connection is lost: this replica no longer holds its session")
+        for lost in self._lost:
+            lost()
+
+    def _announce(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def on_notice(self, notice: Notice) -> None:
+        """Call `notice` for each change any replica commits (PostgreSQL)."""
+        self._notices.append(notice)
+
+    def on_lost(self, lost: Callable[[], None]) -> None:
+        """Call `lost` when the connection that holds the session's lock is gone."""
+        self._lost.append(lost)
+
+    def changed(self) -> asyncio.Event:
+        """An event set at the next change committed here, or announced by another replica."""
+        return self._changed
+
+    async def session_alive(self, session: int) -> bool:
+        """Whether the process of a session still runs: on SQLite only one process uses the file, so none other does."""
+        return self.shared and await session_alive(self.engine, session)
+
+    async def close(self) -> None:
+        await self._writes.close()
+        await self._session.drop()
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        await self._init()
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(records_table).where(records_table.c.task_id == task_id))).first()
+        return record_of(row) if row is not None else None
+
+    async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None:
+        """The record and the task of one revision."""
+        return await read_consistently(self.get, store, task_id, owner)
+
+    async def recent(self, limit: int) -> list[TaskRecord]:
+        """At most `limit` records of every agent, the most recently created first."""
+        await self._init()
+        table = records_table
+        query = select(table).order_by(table.c.created_at.desc(), table.c.task_id).limit(limit)
+        async with self.engine.connect() as conn:
+            return [record_of(r) for r in (await conn.execute(query)).all()]
+
+    async def save(
+        self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        """Store the SDK task, its record, the claim events it posted and its event-log rows in one transaction
+        (shared with the other writes of the moment: see group_commit). A new task is written only if absent
+        (TaskExists), a task whose stored record has ended never (TaskEnded)."""
+        await self._init()
+        rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
+        if not isinstance(store, DatabaseTaskStore):
+            await store.save(task, context)
+            await self._submit(_Save(None, None, row_values(record), event_rows(events), new, rows))
+            return
+        row = task_row(task, store.owner_resolver(context))
+        await self._submit(_Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows))
+
+    async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
+        """Store the record and its claim events; refused (TaskEnded) once the stored record has ended."""
+        await self._init()
+        await self._submit(_Save(None, None, row_values(record), event_rows(events)))
+
+    async def _submit(self, write: _Save) -> None:
+        outcome = await self._writes.submit(write)
+        if isinstance(outcome, TaskExists | TaskEnded):
+            raise outcome
+
+    async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
+        """Store the record only if its claim is still `expected` (generation and state) and has not ended: one
+        replica wins."""
+        await self._init()
+        self.health.ensure_writable()
+        table = records_table
+        async with self.engine.begin() as conn:
+            updated = await conn.execute(
+                update(table)
+                .where(
+                    and_(
+                        table.c.task_id == record.task_id,
+                        table.c.claim_generation == expected.claim_generation,
+                        table.c.claim_state == expected.state,
+                        table.c.claim_state.not_in(sorted(TERMINAL)),
+                    )
+                )
+                .values(**row_values(record))
+            )
+            if updated.rowcount != 1:
+                return False
+            if events:
+                await conn.execute(insert(claim_events_table), [event.row() for event in events])
+            await self._notify(conn, [f"t:{record.task_id}"])
+        self._announce()
+        return True
+
+    async def _notify(self, conn: AsyncConnection, payloads: list[str]) -> None:
+        """Tell the other replicas, at commit, what changed (PostgreSQL)."""
+        if self.shared and payloads:
+            await conn.execute(NOTIFY, {"payloads": payloads})
+
+    async def add_request(self, request: Request, at: datetime) -> None:
+        await self._init()
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(requests_table).values(
+                    task_id=request.task_id, kind=request.kind, requested_by=request.requested_by, at=at
+                )
+            )
+            await self._notify(conn, [f"r:{request.task_id}"])
+
+    async def take_requests(self, task_ids: list[str]) -> list[Request]:
+        """Remove and return the requests left for these tasks."""
+        if not task_ids:
+            return []
+        await self._init()
+        table = requests_table
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)).with_for_update())).all()
+            if rows:
+                await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
+        return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
+
+    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
+        await self._init()
+        table = events_table
+        query = select(table.c.seq, table.c.body).where(and_(table.c.task_id == task_id, table.c.seq > seq))
+        async with self.engine.connect() as conn:
+            return [(r.seq, r.body) for r in (await conn.execute(query.order_by(table.c.seq))).all()]
+
+    async def _records(self, *conditions: Any) -> list[TaskRecord]:
+        await self._init()
+        async with self.engine.connect() as conn:
+            return [record_of(r) for r in (await conn.execute(select(records_table).where(and_(*conditions)))).all()]
+
+    async def expired_claims(self, now: datetime) -> list[TaskRecord]:
+        table = records_table
+        return await self._records(table.c.claim_state.in_(HELD), table.c.lease_until < now)
+
+    async def held_by_others(self, agent: str, session: int) -> list[TaskRecord]:
+        """The agent's claims that a turn of another session holds."""
+        table = records_table
+        return await self._records(
+            table.c.agent == agent, table.c.claim_state.in_(HELD), table.c.session_generation != session
+        )
+
+    async def claimed_before(self, session: int) -> list[TaskRecord]:
+        table = records_table
+        return await self._records(table.c.claim_state.in_(HELD), table.c.session_generation < session)
+
+    async def idle_deadlines(self) -> list[TaskRecord]:
+        return await self._records(records_table.c.idle_expires_at.is_not(None))
+
+    async def claim_events(self, task_id: str) -> list[dict[str, Any]]:
+        await self._init()
+        table = claim_events_table
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(table).where(table.c.task_id == task_id).order_by(table.c.id))).all()
+        return [
+            {
+                "claim_generation": r.claim_generation,
+                "operation": r.operation,
+                "state": r.state,
+                "evidence": r.evidence,
+                "at": utc(r.at),
+            }
+            for r in rows
+        ]
+
+    async def remember(self, agent: str, owner: str, message_id: str, sent: SentMessage) -> SentMessage | None:
+        await self._init()
+        known = await self._writes.submit(_Remember((agent, owner, message_id), sent))
+        assert not isinstance(known, TaskExists | TaskEnded)
+        return known
+
+    async def take_over(self, agent: str, owner: str, message_id: str, sender: int | None, session: int) -> bool:
+        """Make `session` the sender of a message whose sender was `sender`, only if it still is: one replica wins."""
+        await self._init()
+        table = messages_table
+        key = and_(table.c.agent == agent, table.c.owner == owner, table.c.message_id == message_id)
+        same = table.c.session.is_(None) if sender is None else table.c.session == sender
+        async with self.engine.begin() as conn:
+            return (await conn.execute(update(table).where(and_(key, same)).values(session=session))).rowcount == 1
+
+    async def settle(self, agent: str, owner: str, message_id: str, task_id: str | None, reply: str | None) -> None:
+        await self._init()
+        table = messages_table
+        key = and_(table.c.agent == agent, table.c.owner == owner, table.c.message_id == message_id)
+        async with self.engine.begin() as conn:
+            await conn.execute(update(table).where(key).values(task_id=task_id, reply=reply))
+
+    async def _write_many(self, writes: list[_Write]) -> list[_Outcome]:
+        """One transaction for a batch (see `_write_batch`), refused while the store may not be written."""
+        self.health.ensure_writable()
+        try:
+            results = await self._write_batch(writes)
+        except Exception as error:
+            if transient(error):
+                self.health.wrote(error)
+            raise
+        self.health.wrote(None)
+        return results
+
+    async def _write_batch(self, writes: list[_Write]) -> list[_Outcome]:
+        """One transaction for a batch: each record (new ones only where absent, others only where not ended), then
+        for the records written their task rows, claim events and event-log rows, and every new message."""
+        results: list[_Outcome] = [None] * len(writes)
+        saves = [(index, write) for index, write in enumerate(writes) if isinstance(write, _Save)]
+        remembered = [(index, write) for index, write in enumerate(writes) if isinstance(write, _Remember)]
+        async with self.engine.begin() as conn:
+            if remembered:
+                await self._remember_all(conn, remembered, results)
+            written = await self._write_records(conn, [save for _, save in saves])
+            tasks: dict[Table, dict[str, dict[str, Any]]] = {}
+            events: list[dict[str, Any]] = []
+            logged: list[dict[str, Any]] = []
+            for index, save in saves:
+                task_id = save.record["task_id"]
+                if (task_id, save.new) not in written:
+                    results[index] = TaskExists(task_id) if save.new else TaskEnded(task_id)
+                    continue
+                if save.table is not None and save.task is not None:
+                    tasks.setdefault(save.table, {})[task_id] = save.task
+                events += save.events
+                logged += save.log
+            for table, rows in tasks.items():
+                await conn.execute(upsert_statement(self.engine.dialect.name, table), list(rows.values()))
+            if events:
+                await conn.execute(insert(claim_events_table), events)
+            if logged:
+                await conn.execute(insert(events_table), logged)
+            changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
+            await self._notify(conn, changed + event_notices(logged))
+        if saves:
+            self._announce()
+        return results
+
+    async def _write_records(self, conn: AsyncConnection, saves: list[_Save]) -> set[tuple[str, bool]]:
+        """Write the records (each task's last row; new ones first) and return which (task id, new) were written."""
+        written: set[tuple[str, bool]] = set()
+        for new in (True, False):
+            rows = {save.record["task_id"]: save.record for save in saves if save.new == new}
+            if rows:
+                statement = record_statement(self.engine.dialect.name, new)
+                result = await conn.execute(statement, list(rows.values()))
+                written |= {(task_id, new) for task_id in result.scalars().all()}
+        return written
+
+    async def _remember_all(
+        self, conn: AsyncConnection, remembered: list[tuple[int, _Remember]], results: list[_Outcome]
+    ) -> None:
+        """Insert the messages not sent before; the others get what their first send stored."""
+        table = messages_table
+        keys = [write.key for _, write in remembered]
+        query = select(table).where(tuple_(table.c.agent, table.c.owner, table.c.message_id).in_(keys))
+        known = {
+            (row.agent, row.owner, row.message_id): SentMessage(row.fingerprint, row.task_id, row.reply, row.session)
+            for row in (await conn.execute(query)).all()
+        }
+        fresh: list[dict[str, Any]] = []
+        for index, write in remembered:
+            if write.key in known:
+                results[index] = known[write.key]
+                continue
+            known[write.key] = write.sent
+            agent, owner, message_id = write.key
+            fresh.append({
+                "agent": agent, "owner": owner, "message_id": message_id, "fingerprint": write.sent.fingerprint,
+                "task_id": write.sent.task_id, "reply": write.sent.reply, "session": write.sent.session,
+            })
+        if fresh:
+            await conn.execute(insert(table), fresh)
+
+    async def _write_one(self, write: _Write) -> _Outcome:
+        """A write alone; a message another replica inserted first is answered from its row."""
+        try:
+            return (await self._write_many([write]))[0]
+        except IntegrityError:
+            if not isinstance(write, _Remember):
+                raise
+            return (await self._write_many([write]))[0]

@@ -1,0 +1,98 @@
+"""The ledger's contract, the same on every store (memory, SQLite, and PostgreSQL where the tests have one): a new
+task is written only if absent (TaskExists), a task whose stored claim has ended is never written again (TaskEnded,
+for saves, record writes and compare-and-set alike) but by the claim that ended it writing the same end, the event log rows go with their save, `read` gives a record and
+its task of one revision, and saves batched into one transaction each get their own answer."""
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from a2a.server.context import ServerCallContext
+from a2a.types import Task, TaskState, TaskStatus
+
+from a2a_bridge.auth import owner_context
+from a2a_bridge.claims import Claim
+from a2a_bridge.ledger import Ledger, TaskEnded, TaskExists, TaskRecord
+from a2a_bridge.store import StoreConfig, Stores
+from tests.test_replicas import pg_database  # noqa: F401 - the fixture of a fresh PostgreSQL database
+
+OWNER = "alice"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "memory":
+        yield "memory"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        if not os.environ.get("A2A_BRIDGE_PG_URL") and os.environ.get("CI") != "true":
+            pytest.skip("no PostgreSQL: run `export A2A_BRIDGE_PG_URL=$(bash .ci/postgres)`")
+        yield request.getfixturevalue("pg_database")
+
+
+def task(task_id: str, state: "TaskState.ValueType") -> Task:
+    return Task(id=task_id, context_id="c", status=TaskStatus(state=state))
+
+
+def record(task_id: str, claim_state: str, revision: int) -> TaskRecord:
+    return TaskRecord(task_id, "agent", OWNER, OWNER, datetime.now(UTC), "working", revision, claim=Claim(state=claim_state))
+
+
+async def contract(url: str) -> None:
+    stores = Stores(StoreConfig.parse(url))
+    store, _ = stores.for_agent("agent")
+    await stores.initialize()
+    ledger: Ledger = stores.ledger()
+    owner: ServerCallContext = owner_context(OWNER)
+    try:
+        await ledger.start_session(datetime.now(UTC))
+        task_id = str(uuid.uuid4())
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [], new=True)
+        with pytest.raises(TaskExists):
+            await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 9), [], new=True)
+        found = await ledger.read(task_id, store, owner)
+        assert found is not None and found[0].revision == 1 and found[1].status.state == TaskState.TASK_STATE_WORKING
+
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 2), [], log=[(2, "{}")])
+        with pytest.raises(TaskEnded):
+            await ledger.save(store, task(task_id, TaskState.TASK_STATE_COMPLETED), owner, record(task_id, "completed", 3), [])
+        with pytest.raises(TaskEnded):
+            await ledger.put(record(task_id, "claimed", 3), [])
+        assert not await ledger.put_if(record(task_id, "claimed", 3), Claim(state="failed"), [])
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 3), [])
+        found = await ledger.read(task_id, store, owner)
+        assert found is not None and found[0].claim.state == "failed" and found[1].status.state == TaskState.TASK_STATE_FAILED
+
+        ids = [str(uuid.uuid4()) for _ in range(6)]
+        await asyncio.gather(*(
+            ledger.save(store, task(i, TaskState.TASK_STATE_WORKING), owner, record(i, "claimed", 1), [], new=True) for i in ids
+        ))
+        ended = ids[:3]
+        await asyncio.gather(*(
+            ledger.save(store, task(i, TaskState.TASK_STATE_COMPLETED), owner, record(i, "completed", 2), [], log=[(2, "{}")])
+            for i in ended
+        ))
+        answers = await asyncio.gather(
+            *(ledger.save(store, task(i, TaskState.TASK_STATE_WORKING), owner, record(i, "claimed", 3), [], log=[(3, "{}")]) for i in ids),
+            return_exceptions=True,
+        )
+        assert [type(answer) for answer in answers] == [TaskEnded] * 3 + [type(None)] * 3
+        for i in ids:
+            found = await ledger.read(i, store, owner)
+            assert found is not None
+            assert (found[0].revision, found[0].claim.state) == ((2, "completed") if i in ended else (3, "claimed"))
+            if url != "memory":
+                assert [seq for seq, _ in await ledger.events_after(i, 0)] == ([2] if i in ended else [3])
+        assert await ledger.put_if(record(ids[4], "claimed", 4), Claim(state="claimed"), [])
+    finally:
+        await ledger.close()
+        await stores.close()
+
+
+def test_the_ledger_contract(store_url: str) -> None:
+    asyncio.run(contract(store_url))
