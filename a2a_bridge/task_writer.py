@@ -17,16 +17,15 @@ from a2a_bridge import claims
 from a2a_bridge.auth import RESPONSIBLE_USER
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import ClaimEvent, TaskEnded, TaskExists, TaskRecord
+from a2a_bridge.kept_writes import KeptWrites, tell_store_down
+from a2a_bridge.ledger import ClaimEvent, TaskExists, TaskRecord
 from a2a_bridge.live_tasks import (
     FeedItem,
     Listener,
     LiveTask,
     Pending,
-    Refused,
     TaskTable,
     TurnEnded,
-    TurnFailed,
     agent_status,
     at_rest,
     evidence_of,
@@ -35,7 +34,7 @@ from a2a_bridge.live_tasks import (
     status_event_for,
 )
 from a2a_bridge.states import is_terminal, row_for, state_name
-from a2a_bridge.store_faults import StoreUnavailable, backoff, transient
+from a2a_bridge.store_faults import StoreUnavailable, transient
 from a2a_bridge.task_events import Event, apply_event, stamp_ids
 from a2a_bridge.task_status import ANONYMOUS, next_notifications
 
@@ -55,6 +54,7 @@ class TaskWriter:
     def __init__(self, env: HostEnv, table: TaskTable) -> None:
         self.env = env
         self.table = table
+        self.kept = KeptWrites(self)
         self.join_winner: Callable[[str, ServerCallContext, Listener], None] | None = None
         """Hands the listener of a first turn that lost its task to another replica to that replica's turn."""
 
@@ -98,7 +98,7 @@ class TaskWriter:
         StoreUnavailable raised to the agent (TaskExists when another replica stored it first)."""
         async with live.store_lock:
             try:
-                await self._store_held(live)
+                await self.store_held(live)
                 return
             except TaskExists:
                 raise
@@ -107,7 +107,7 @@ class TaskWriter:
         self.table.live.pop(live.task.id, None)
         live.unsaved.clear()
         live.claim_log.clear()
-        self._tell_store_down(live)
+        tell_store_down(live)
         raise StoreUnavailable(live.task.id)
 
     def _lost(self, live: LiveTask, turn: int, pending: Pending) -> None:
@@ -227,7 +227,7 @@ class TaskWriter:
             except Exception as error:
                 live.claim_log[:0] = posted
                 fault = self._fault(live, error)
-                self._keep_retrying(live)
+                self.kept.keep(live)
                 raise fault from error
             self._stored_claim(live)
 
@@ -336,20 +336,20 @@ class TaskWriter:
             if live.retrying is not None:
                 return False
             try:
-                await self._store_held(live)
+                await self.store_held(live)
             except StoreUnavailable:
-                self._keep_retrying(live)
+                self.kept.keep(live)
                 return False
             except TaskExists:
                 raise
             except Exception as error:
                 refused = error
         if refused is not None:
-            await self._refused(live, refused)
+            await self.kept.refused(live, refused)
         self.table.evict_if_idle(live)
         return True
 
-    async def _store_held(self, live: LiveTask) -> None:
+    async def store_held(self, live: LiveTask) -> None:
         if not live.unsaved:
             if live.claim_log:
                 await self.put_record(live)
@@ -366,91 +366,6 @@ class TaskWriter:
                 continue
             if self.env.push is not None and not isinstance(event, Message):
                 self.env.push.notify(live.task.id, event)
-
-    def _keep_retrying(self, live: LiveTask) -> None:
-        if live.retrying is None:
-            live.retrying = self.env.spawn(self._retry(live))
-
-    async def _retry(self, live: LiveTask) -> None:
-        """Store what the store refused, with backoff, until it is back; tell the waiting callers once the grace
-        period has passed; then end the turns that ended meanwhile."""
-        loop = asyncio.get_running_loop()
-        tell_at = loop.time() + self.env.settings.store_grace
-        refused: Exception | None = None
-        try:
-            for delay in backoff():
-                await asyncio.sleep(delay)
-                async with live.store_lock:
-                    try:
-                        await self._store_held(live)
-                    except StoreUnavailable:
-                        if loop.time() >= tell_at:
-                            self._tell_store_down(live)
-                        continue
-                    except Exception as error:
-                        refused = error
-                    break
-        finally:
-            live.retrying = None
-        if refused is not None:
-            await self._refused(live, refused)
-        else:
-            log.info("store available again: task %s is stored", live.task.id)
-        for turn in live.ended_turns:
-            self.end_turn(live, turn)
-        live.ended_turns.clear()
-        self.table.evict_if_idle(live)
-
-    async def _refused(self, live: LiveTask, error: Exception) -> None:
-        """A write the store refused for good: the task ended elsewhere, or its content cannot be stored."""
-        if isinstance(error, TaskEnded):
-            await self._ended_elsewhere(live)
-        else:
-            log.error("the events of task %s cannot be stored (%s); the turn ends FAILED", live.task.id, type(error).__name__)
-            await self._unstorable(live)
-
-    async def _ended_elsewhere(self, live: LiveTask) -> None:
-        """The store holds the task as ended (another replica ended it): drop what this process folded since, take
-        the task as stored, tell its callers, and stop its turn."""
-        log.warning("task %s has ended elsewhere; what this process folded since is dropped", live.task.id)
-        live.unsaved.clear()
-        live.claim_log.clear()
-        if live.running_turn is not None:
-            live.fenced.add(live.running_turn)
-        found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
-        if found is not None:
-            live.record, live.task = found
-            live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
-        for listener in live.listeners:
-            listener.queue.put_nowait(TurnEnded(snapshot(live.task)))
-        live.listeners.clear()
-        if live.running is not None:
-            live.running.cancel()
-
-    @staticmethod
-    def _tell_store_down(live: LiveTask) -> None:
-        """Answer every caller waiting on the task: what they wait for is not stored."""
-        for listener in live.listeners:
-            listener.queue.put_nowait(Refused(StoreUnavailable(live.task.id)))
-        live.listeners.clear()
-
-    async def _unstorable(self, live: LiveTask) -> None:
-        """Events the store cannot hold: put the task back as last stored and end its turn FAILED (a task never
-        stored is dropped, its callers told)."""
-        live.unsaved.clear()
-        live.claim_log.clear()
-        if live.running_turn is not None:
-            live.fenced.add(live.running_turn)
-        if live.durable is None:
-            self.table.live.pop(live.task.id, None)
-            self._tell_store_down(live)
-            return
-        task, record = live.durable
-        live.task, live.record, live.bytes = snapshot(task), record.copy(), None
-        for listener in live.listeners:
-            if listener.turn is not None:
-                listener.queue.put_nowait(TurnFailed(live.task.id))
-        await self.fail(live)
 
     async def fail(self, live: LiveTask, text: str = FAILED_TEXT) -> None:
         """End a task FAILED with the generic message (the agent raised, or what it sent cannot be stored)."""

@@ -1,0 +1,111 @@
+"""Writes the store refused, kept: a retrier per task stores them with backoff once the store takes writes again
+(telling the waiting callers "store unavailable" once the grace period has passed, and ending the turns that ended
+meanwhile), and a write refused for good takes the task back as stored: ended elsewhere, or content the store cannot
+hold (the turn then ends FAILED)."""
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from a2a_bridge.ledger import TaskEnded
+from a2a_bridge.live_tasks import LiveTask, Refused, TurnEnded, TurnFailed, snapshot
+from a2a_bridge.store_faults import StoreUnavailable, backoff
+
+if TYPE_CHECKING:
+    from a2a_bridge.task_writer import TaskWriter
+
+log = logging.getLogger(__name__)
+
+
+class KeptWrites:
+    """What a `TaskWriter` does with a write the store refused."""
+
+    def __init__(self, writer: "TaskWriter") -> None:
+        self.writer = writer
+
+    def keep(self, live: LiveTask) -> None:
+        """Store what the store refused once it takes writes again (one retrier per task)."""
+        if live.retrying is None:
+            live.retrying = self.writer.env.spawn(self._retry(live))
+
+    async def _retry(self, live: LiveTask) -> None:
+        """Store what the store refused, with backoff, until it is back; tell the waiting callers once the grace
+        period has passed; then end the turns that ended meanwhile."""
+        loop = asyncio.get_running_loop()
+        tell_at = loop.time() + self.writer.env.settings.store_grace
+        refused: Exception | None = None
+        try:
+            for delay in backoff():
+                await asyncio.sleep(delay)
+                async with live.store_lock:
+                    try:
+                        await self.writer.store_held(live)
+                    except StoreUnavailable:
+                        if loop.time() >= tell_at:
+                            tell_store_down(live)
+                        continue
+                    except Exception as error:
+                        refused = error
+                    break
+        finally:
+            live.retrying = None
+        if refused is not None:
+            await self.refused(live, refused)
+        else:
+            log.info("store available again: task %s is stored", live.task.id)
+        for turn in live.ended_turns:
+            self.writer.end_turn(live, turn)
+        live.ended_turns.clear()
+        self.writer.table.evict_if_idle(live)
+
+    async def refused(self, live: LiveTask, error: Exception) -> None:
+        """A write the store refused for good: the task ended elsewhere, or its content cannot be stored."""
+        if isinstance(error, TaskEnded):
+            await self._ended_elsewhere(live)
+        else:
+            log.error("the events of task %s cannot be stored (%s); the turn ends FAILED", live.task.id, type(error).__name__)
+            await self._unstorable(live)
+
+    async def _ended_elsewhere(self, live: LiveTask) -> None:
+        """The store holds the task as ended (another replica ended it): drop what this process folded since, take
+        the task as stored, tell its callers, and stop its turn."""
+        log.warning("task %s has ended elsewhere; what this process folded since is dropped", live.task.id)
+        live.unsaved.clear()
+        live.claim_log.clear()
+        if live.running_turn is not None:
+            live.fenced.add(live.running_turn)
+        found = await self.writer.env.ledger.read(live.task.id, self.writer.env.store, live.owner)
+        if found is not None:
+            live.record, live.task = found
+            live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
+        for listener in live.listeners:
+            listener.queue.put_nowait(TurnEnded(snapshot(live.task)))
+        live.listeners.clear()
+        if live.running is not None:
+            live.running.cancel()
+
+    async def _unstorable(self, live: LiveTask) -> None:
+        """Events the store cannot hold: put the task back as last stored and end its turn FAILED (a task never
+        stored is dropped, its callers told)."""
+        live.unsaved.clear()
+        live.claim_log.clear()
+        if live.running_turn is not None:
+            live.fenced.add(live.running_turn)
+        if live.durable is None:
+            self.writer.table.live.pop(live.task.id, None)
+            tell_store_down(live)
+            return
+        task, record = live.durable
+        live.task, live.record, live.bytes = snapshot(task), record.copy(), None
+        for listener in live.listeners:
+            if listener.turn is not None:
+                listener.queue.put_nowait(TurnFailed(live.task.id))
+        await self.writer.fail(live)
+
+
+def tell_store_down(live: LiveTask) -> None:
+    """Answer every caller waiting on the task: what they wait for is not stored."""
+    for listener in live.listeners:
+        listener.queue.put_nowait(Refused(StoreUnavailable(live.task.id)))
+    live.listeners.clear()
+
