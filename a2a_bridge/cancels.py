@@ -44,12 +44,14 @@ class Canceller:
     async def cancel(self, task_id: str, context: ServerCallContext) -> Task:
         """Record the cancel request, stop the running turn, let the agent report the cancel, end the task CANCELED.
         The task's owner, its responsible user and operators may cancel it."""
+        loaded = task_id not in self.table.live
         live = await self.table.acquire(task_id, context, operators=True)
         scope = about_task(self.env.agent, task_id, lambda: live.record.claim.claim_generation, "cancel requested")
         try:
             if live.canceling is not None:
                 await live.canceling.wait()
-            await self.writer.refresh(live)
+            if not loaded:
+                await self.writer.refresh(live)
             if is_terminal(live.task.status.state):
                 raise errors.task_not_cancelable(live.task)
             if live.running is None and self.held_elsewhere(live.record.claim):
@@ -73,13 +75,13 @@ class Canceller:
         """Stop the turn and end the task CANCELED; what the store does not take now is kept for it (and the caller
         told StoreUnavailable)."""
         await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
-        with contextlib.suppress(StoreUnavailable):
-            await self.writer.put_record(live)
+        recorded = asyncio.ensure_future(self._record(live))
         running, turn = live.running, live.running_turn
         if running is not None and turn is not None:
             live.fenced.add(turn)
             running.cancel()
             await asyncio.wait([running])
+        await recorded
         ctx = BridgeRequestContext(context, task_id=live.task.id, context_id=live.task.context_id, task=snapshot(live.task))
         try:
             await self.env.executor.cancel(ctx, TurnQueue(self.writer, CANCEL_TURN, live=live))
@@ -90,3 +92,8 @@ class Canceller:
             await self.writer.apply(live, None, status_event_for(live.task, canceled))
         if live.retrying is not None:
             raise StoreUnavailable(live.task.id)
+
+    async def _record(self, live: LiveTask) -> None:
+        """Store the cancel request on the claim while the turn stops (kept for the store if it is down)."""
+        with contextlib.suppress(StoreUnavailable):
+            await self.writer.put_record(live)
