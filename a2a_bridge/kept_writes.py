@@ -26,6 +26,7 @@ class KeptWrites:
     def keep(self, live: LiveTask) -> None:
         """Store what the store refused once it takes writes again (one retrier per task)."""
         if live.retrying is None:
+            log.warning("store unavailable: task %s keeps what it has not stored and retries with backoff", live.task.id)
             live.retrying = self.writer.env.spawn(self._retry(live))
 
     async def _retry(self, live: LiveTask) -> None:

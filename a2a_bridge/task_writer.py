@@ -237,7 +237,6 @@ class TaskWriter:
         if isinstance(error, StoreUnavailable):
             return error
         if transient(error):
-            log.warning("store unavailable for task %s: %s", live.task.id, type(error).__name__)
             return StoreUnavailable(live.task.id)
         return error
 
