@@ -256,4 +256,5 @@ def test_get_and_subscribe_from_the_other_replica(pg_database: str) -> None:
         last = results[-1]["statusUpdate"]["status"]
         assert last["state"] == "TASK_STATE_INPUT_REQUIRED"
         assert last["message"]["parts"][0]["text"] == "echo: watched"
+        wait_for(lambda: executions.of(task_id), what="A's executor to return after its last event")
         assert [span[2] for span in executions.of(task_id)] == ["A"]
