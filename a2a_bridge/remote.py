@@ -8,7 +8,6 @@ the remote task's history and follows that task instead of sending it again. doc
 
 import asyncio
 import contextlib
-import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
@@ -61,7 +60,6 @@ MAX_TURN = 24 * 3600.0
 """The longest one turn follows a remote task that keeps answering."""
 FORWARDED = uuid.UUID("6f1d2c1e-8a4b-4e0c-9a57-2f1b9d3c7e10")
 """Namespace of the messageIds the bridge forwards: uuid5 of (our task id, the caller's messageId)."""
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 MAX_REMOTES = 100
 """The most remote agents a configuration file may name."""
 

@@ -15,19 +15,19 @@ from a2a.client.errors import AgentCardResolutionError
 from a2a.types import AgentCard, AgentExtension
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 
+from a2a_bridge.agent import NAME
 from a2a_bridge.app import AgentSpec
 from a2a_bridge.config import ENV_CONFIG
 from a2a_bridge.remote import (
     DEFAULT_TIMEOUT,
     MAX_REMOTES,
-    NAME,
     REMOTE_EXTENSION,
     Patience,
     RemoteAgent,
     RemoteFailure,
     classify,
 )
-from agents.base import who_must_act_extension
+from a2a_bridge.task_status import who_must_act_extension
 
 
 def front_card(remote: AgentCard) -> AgentCard:

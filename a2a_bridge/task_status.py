@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from a2a.types import Task, TaskState
+from a2a.types import AgentExtension, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import ListValue, Struct
 
@@ -15,6 +15,18 @@ WHO_MUST_ACT = "urn:a2a-bridge:ext:who-must-act:v1"
 """The extension whose key, in an AUTH_REQUIRED status message's metadata, says who must act."""
 
 ANONYMOUS = "anonymous"
+
+
+def who_must_act_extension() -> AgentExtension:
+    """The card's declaration of the bridge's who-must-act extension (docs/who-must-act.md)."""
+    return AgentExtension(
+        uri=WHO_MUST_ACT,
+        description=(
+            "In TASK_STATE_AUTH_REQUIRED, the status message's metadata under this URI says who must act: "
+            "{actor: user|operator|host, action, user?, provider?}, or a list of them."
+        ),
+        required=False,
+    )
 
 
 @dataclass(frozen=True)

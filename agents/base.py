@@ -8,7 +8,6 @@ from typing import Any
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import (
-    AgentExtension,
     Artifact,
     Message,
     Part,
@@ -22,21 +21,8 @@ from a2a.types import (
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.json_format import ParseDict
 
-from a2a_bridge.task_status import WHO_MUST_ACT
 
 Pause = Callable[[float], Awaitable[None]]
-
-
-def who_must_act_extension() -> AgentExtension:
-    """The card's declaration of the bridge's who-must-act extension (docs/who-must-act.md)."""
-    return AgentExtension(
-        uri=WHO_MUST_ACT,
-        description=(
-            "In TASK_STATE_AUTH_REQUIRED, the status message's metadata under this URI says who must act: "
-            "{actor: user|operator|host, action, user?, provider?}, or a list of them."
-        ),
-        required=False,
-    )
 
 
 def data_part(data: dict[str, Any]) -> Part:

@@ -13,7 +13,8 @@ from a2a.types import (
     TaskState,
 )
 
-from agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
+from a2a_bridge.task_status import who_must_act_extension
+from agents.base import Emitter, KitAgent, data_part, user_texts
 
 MISSING_COMMIT = "deadbee"
 
