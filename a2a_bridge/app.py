@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from a2a.server.agent_execution import AgentExecutor
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_rest_routes
 from a2a.types import AgentCard, AgentInterface
@@ -19,9 +18,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
+from a2a_bridge.agent import Agent
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
 from a2a_bridge.binding_paths import TrailingSlash
-from a2a_bridge.bridge_routes import ActionRoute, BridgeEndpoints, StatusPolls
+from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls
 from a2a_bridge.card_caching import card_response
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import SecurityConfig
@@ -48,26 +48,8 @@ TASKS_PATH = "/tasks/"
 APPROVE_PATH = "/approve/"
 
 
-@dataclass
-class AgentSpec:
-    """One agent as the bridge serves it."""
-
-    name: str
-    card: AgentCard
-    executor: AgentExecutor
-    extended_card: AgentCard | None = None
-    tokens: dict[str, Principal] | None = None
-    """The agent's own demo tokens; an agent with tokens requires one (401 otherwise). Not used under require_auth."""
-    signing_key: str | None = None
-    approvals: bool = False
-    actions: tuple[ActionRoute, ...] = ()
-    """The who-must-act requests its users answer through the bridge (POST /tasks/{id}/{path})."""
-    retries: bool = True
-    """Whether a messageId a caller sends again is a retry of that message (idempotent); off only where a client
-    reuses messageIds by design."""
-    webhook_policy: WebhookPolicy | None = None
-    """Where this agent's webhooks may go, instead of the configuration's policy (the TCK's conformance agent: loopback
-    only, where the TCK's webhook receiver runs)."""
+AgentSpec = Agent
+"""The name the bridge's own modules and tests use for `Agent`."""
 
 
 @dataclass
@@ -237,7 +219,7 @@ class Bridge:
                 new_id,
                 replace(
                     base,
-                    repeat_safe=getattr(spec.executor, "repeat_safe", True),
+                    repeat_safe=spec.safe_to_repeat,
                     max_task_bytes=self.security.limits.max_task_bytes,
                 ),
             )

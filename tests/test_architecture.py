@@ -33,7 +33,10 @@ def imported(tree: ast.AST, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            # `from a2a_bridge import claims` imports the module claims, as `import a2a_bridge.claims` does; only a
+            # name the package itself defines (its public API) makes the package a dependency.
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & set(known)
+            names |= submodules if len(submodules) == len(node.names) else {node.module} | submodules
         pending.extend(ast.iter_child_nodes(node))
     return {name for name in names if name in known}
 
