@@ -20,6 +20,8 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from a2a_bridge import observability, operator_cli, planner, remote_config
+from a2a_bridge.agent import Agent
+from a2a_bridge.agent_loading import AgentLoadError, is_reference, load_agent
 from a2a_bridge.app import Bridge, GrpcSettings
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
@@ -115,6 +117,27 @@ def security(args: argparse.Namespace) -> SecurityConfig:
     return config
 
 
+def agent_choice(text: str) -> str:
+    """`--agent`: a built-in agent's name, or `MODULE:ATTRIBUTE` naming the user's (loaded once the options are read)."""
+    if is_reference(text) or text in AGENT_NAMES:
+        return text
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(AGENT_NAMES)}, or MODULE:ATTRIBUTE")
+
+
+def chosen_agents(args: argparse.Namespace, remotes: bool) -> list[Agent]:
+    """The agents `--agent` names, in the order named (built-in ones each once), the user's loaded from their
+    modules; by default the three sample agents, or none beside remote agents."""
+    choices = list(dict.fromkeys(args.agents or ([] if remotes else SAMPLE_AGENTS)))
+    builtin = served_agents([c for c in choices if not is_reference(c)], args.pace, deploy_ledger=args.deploy_ledger)
+    by_name = {spec.name: spec for spec in builtin}
+    agents = [load_agent(c) if is_reference(c) else by_name[c] for c in choices]
+    names = [agent.name for agent in agents]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise AgentLoadError(f"--agent: two agents are named {', '.join(twice)}; each agent needs a name of its own")
+    return agents
+
+
 def kit_url(bind: str, port: int) -> str:
     """The address of a kit port's agent, as cards name it: the kit's own `localhost:PORT` on loopback."""
     if is_loopback(bind):
@@ -123,9 +146,9 @@ def kit_url(bind: str, port: int) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
+    root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for your agents and the three sample agents.")
     commands = root.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve test-runner, code-reviewer and deployer")
+    serve = commands.add_parser("serve", help="serve your agents, or test-runner, code-reviewer and deployer")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--store", default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://...")
@@ -171,8 +194,10 @@ def parser() -> argparse.ArgumentParser:
         help="bearer token of a named user principal, recognised by every agent (repeatable)",
     )
     serve.add_argument(
-        "--agent", action="append", dest="agents", choices=AGENT_NAMES, metavar="NAME",
-        help=f"serve this agent (repeatable; one of {', '.join(AGENT_NAMES)}); default: the three sample agents",
+        "--agent", action="append", dest="agents", type=agent_choice, metavar="NAME|MODULE:ATTRIBUTE",
+        help=f"serve this agent (repeatable): one of {', '.join(AGENT_NAMES)}, or your own, MODULE:ATTRIBUTE naming an"
+        " a2a_bridge.Agent or a function returning one, imported from the current directory (docs/your-agent.md);"
+        " default: the three sample agents",
     )
     serve.add_argument("--log-level", default="info")
     observability.register(serve)
@@ -189,9 +214,8 @@ async def serve(args: argparse.Namespace) -> None:
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
     )
-    remotes = remote_config.from_args(args)
-    names = args.agents or ([] if remotes.agents else SAMPLE_AGENTS)
-    local = served_agents(names, args.pace, deploy_ledger=args.deploy_ledger)
+    remotes: remote_config.RemoteConfig = args.remotes
+    local: list[Agent] = args.served
     bridge = Bridge(
         local + await remotes.specs([spec.name for spec in local]),
         Stores(StoreConfig.parse(args.store)),
@@ -257,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         try:
             args.security = security(args)
-        except ConfigError as e:
+            args.remotes = remote_config.from_args(args)
+            args.served = chosen_agents(args, bool(args.remotes.agents))
+        except (ConfigError, AgentLoadError) as e:
             print(f"a2a-bridge serve: {e}", file=sys.stderr)
             raise SystemExit(2) from e
         asyncio.run(serve(args))
