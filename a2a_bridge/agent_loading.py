@@ -75,7 +75,8 @@ def agent_from(reference: str, found: object) -> Agent:
         )
     if not callable(found):
         raise AgentLoadError(
-            f"--agent {reference}: a {type(found).__name__}, not an a2a_bridge.Agent or a function returning one"
+            f"--agent {reference}: a value of type {type(found).__name__}, not an a2a_bridge.Agent or a function"
+            " returning one"
         )
     try:
         inspect.signature(found).bind()
@@ -91,5 +92,5 @@ def agent_from(reference: str, found: object) -> Agent:
         made.close()
         raise AgentLoadError(f"--agent {reference}: the factory is async; it must return the Agent itself")
     if not isinstance(made, Agent):
-        raise AgentLoadError(f"--agent {reference}: the factory returned a {type(made).__name__}, not an a2a_bridge.Agent")
+        raise AgentLoadError(f"--agent {reference}: the factory returned a value of type {type(made).__name__}, not an a2a_bridge.Agent")
     return made

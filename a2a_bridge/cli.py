@@ -117,17 +117,15 @@ def security(args: argparse.Namespace) -> SecurityConfig:
     return config
 
 
-def agent_choice(text: str) -> str:
-    """`--agent`: a built-in agent's name, or `MODULE:ATTRIBUTE` naming the user's (loaded once the options are read)."""
-    if is_reference(text) or text in AGENT_NAMES:
-        return text
-    raise argparse.ArgumentTypeError(f"expected one of {', '.join(AGENT_NAMES)}, or MODULE:ATTRIBUTE")
-
-
 def chosen_agents(args: argparse.Namespace, remotes: bool) -> list[Agent]:
     """The agents `--agent` names, in the order named (built-in ones each once), the user's loaded from their
     modules; by default the three sample agents, or none beside remote agents."""
     choices = list(dict.fromkeys(args.agents or ([] if remotes else SAMPLE_AGENTS)))
+    unknown = [c for c in choices if not is_reference(c) and c not in AGENT_NAMES]
+    if unknown:
+        raise AgentLoadError(
+            f"--agent {unknown[0]}: expected one of {', '.join(AGENT_NAMES)}, or MODULE:ATTRIBUTE naming your agent"
+        )
     builtin = served_agents([c for c in choices if not is_reference(c)], args.pace, deploy_ledger=args.deploy_ledger)
     by_name = {spec.name: spec for spec in builtin}
     agents = [load_agent(c) if is_reference(c) else by_name[c] for c in choices]
@@ -194,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
         help="bearer token of a named user principal, recognised by every agent (repeatable)",
     )
     serve.add_argument(
-        "--agent", action="append", dest="agents", type=agent_choice, metavar="NAME|MODULE:ATTRIBUTE",
+        "--agent", action="append", dest="agents", metavar="NAME|MODULE:ATTRIBUTE",
         help=f"serve this agent (repeatable): one of {', '.join(AGENT_NAMES)}, or your own, MODULE:ATTRIBUTE naming an"
         " a2a_bridge.Agent or a function returning one, imported from the current directory (docs/your-agent.md);"
         " default: the three sample agents",
