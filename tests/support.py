@@ -32,6 +32,9 @@ DIFF = (
 """The unified diff the review tests send: it touches payments/refunds.py, so the reviewer finds two issues."""
 LOOPBACK_WEBHOOKS = ["--allow-webhook-network", "127.0.0.1/32"]
 """Lets a server deliver webhooks to a receiver on 127.0.0.1, which the bridge refuses by default."""
+CONSOLE_SCRIPT = Path(sys.executable).with_name("a2a-bridge")
+"""The `a2a-bridge` command pip installed beside this Python: unlike `python -m`, it does not put the current
+directory on the import path by itself."""
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
@@ -63,6 +66,8 @@ class ServerProcess:
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
         log: Path | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.store = store
         self.pace = pace
@@ -71,6 +76,9 @@ class ServerProcess:
         """Environment variables set for the server beside this process's own."""
         self.log = log
         """A file the server's stdout and stderr are appended to (else they go to this process's)."""
+        self.command = command or [sys.executable, "-m", "a2a_bridge"]
+        """What runs a2a-bridge: this Python's `-m a2a_bridge`, or the console script (`CONSOLE_SCRIPT`)."""
+        self.cwd = cwd
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -82,14 +90,14 @@ class ServerProcess:
         return f"{self.url}/{name}"
 
     def start(self) -> "ServerProcess":
-        cmd = [sys.executable, "-m", "a2a_bridge", "serve", "--port", str(self.port), "--store", self.store,
+        cmd = [*self.command, "serve", "--port", str(self.port), "--store", self.store,
                "--pace", str(self.pace), "--log-level", "warning", *self.extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         if self.log is None:
-            self.proc = subprocess.Popen(cmd, env=env)
+            self.proc = subprocess.Popen(cmd, env=env, cwd=self.cwd)
         else:
             with self.log.open("ab") as output:
-                self.proc = subprocess.Popen(cmd, env=env, stdout=output, stderr=output)
+                self.proc = subprocess.Popen(cmd, env=env, cwd=self.cwd, stdout=output, stderr=output)
         wait_for(self._up, timeout=30, what="server start")
         return self
 

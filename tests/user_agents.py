@@ -1,0 +1,64 @@
+"""A user's own agents, served with `serve --agent tests.user_agents:NAME` by tests/test_your_agent.py: `steady`
+(repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory). The first run of a task waits to be killed; a later
+run completes at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`."""
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events.event_queue import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part
+
+from a2a_bridge import Agent
+
+RUNS = "USER_AGENT_RUNS"
+FIRST_RUN_WAIT = 60.0
+"""The longest a task's first run waits for the test to kill the server."""
+
+
+def runs(path: Path, task_id: str) -> int:
+    """How many runs of a task have started."""
+    return path.read_text().split().count(task_id) if path.exists() else 0
+
+
+class Marked(AgentExecutor):
+    """Notes each run, then waits (the task's first run) or completes with `run N` (any later one)."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id or ""
+        updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        path = Path(os.environ[RUNS])
+        run = runs(path, task_id) + 1
+        await updater.start_work()
+        with path.open("a", encoding="utf-8") as notes:
+            notes.write(f"{task_id}\n")
+        if run == 1:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.Event().wait(), FIRST_RUN_WAIT)
+        await updater.add_artifact([Part(text=f"run {run}")], name="result")
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+def card(name: str) -> AgentCard:
+    return AgentCard(
+        name=name,
+        description="Waits in its first run; exists only in the tests.",
+        version="0.0.1",
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="work", name="Work", description="Works.", tags=["test"])],
+    )
+
+
+steady = Agent("steady", card("steady"), Marked(), repeat_safe=True)
+
+
+def once() -> Agent:
+    return Agent("once", card("once"), Marked(), repeat_safe=False)
