@@ -152,9 +152,13 @@ class TurnExecution:
         await self.writer.post(
             live, Op("open_window", session=self.env.session, stage=stage, window_seconds=seconds), {"stage": stage, "seconds": seconds}
         )
-        # With the events not saved yet: a repeat-safe agent's new task is saved once the agent yields, and a record
-        # written ahead of it would make that first save find the task stored already.
-        await self.writer.store_unsaved(live)
+        if live.durable is None:
+            # A repeat-safe agent's new task, saved once the agent yields: saved now, with the window (a record written
+            # ahead of it would make that first save find the task stored already).
+            await self.writer.store_unsaved(live)
+            return
+        with contextlib.suppress(StoreUnavailable):
+            await self.writer.put_record(live)
 
     async def _fail(self, queue: TurnQueue) -> None:
         """The agent raised: its turn's callers are told and the task ends FAILED (kept for the store if it is down)."""
