@@ -3,6 +3,7 @@ SDK executor behind a factory, served by the console script from the checkout be
 reference can fail, one line and exit 2; and what a crash mid-turn does to a repeat-safe agent's task and to
 another's."""
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -12,14 +13,17 @@ from typing import Any
 
 import httpx
 import pytest
+from a2a.server.agent_execution import RequestContext
+from a2a.server.context import ServerCallContext
 
+from a2a_bridge import Agent, open_window, resume_signal
 from a2a_bridge.agent_loading import AgentLoadError
 from a2a_bridge.cli import chosen_agents, parser
 from a2a_bridge.task_status import WHO_MUST_ACT
 from agents.catalog import AGENT_NAMES
 from tests.claim_support import RECONCILE_TEXT, claim_view, operations, reconcile, start, status_text, stored_claim_view, wait_state
 from tests.support import A2A, CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, user_message, wait_for
-from tests.user_agents import RUNS, runs
+from tests.user_agents import RUNS, runs, steady
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVED = ["examples.hello_agent:agent", "test-runner", "examples.wrapped_agent:make_agent"]
@@ -114,6 +118,25 @@ def test_an_unchanged_sdk_executor_behind_a_factory(server: ServerProcess) -> No
     streamed = rest(server, "echo", "GET", f"/tasks/{frames[0]['result']['task']['id']}")
     assert texts(streamed) == ["pong"]
     assert task_status(server, "echo", task["id"])["status"]["terminal_reason"] == "completed"
+
+
+def test_outside_the_bridge_the_helpers_do_nothing() -> None:
+    """An executor that uses them still runs under the SDK's own server or in a unit test."""
+    context = RequestContext(ServerCallContext())
+    assert resume_signal(context) is None
+    assert asyncio.run(open_window(context, "compose", 60)) is None
+
+
+def test_an_agent_is_checked_when_it_is_described() -> None:
+    card, executor = steady.card, steady.executor
+    with pytest.raises(ValueError, match="agent name 'Hello World'"):
+        Agent("Hello World", card, executor)
+    with pytest.raises(TypeError, match="card is a dict"):
+        Agent("hello", {"name": "hello"}, executor)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="executor is a function"):
+        Agent("hello", card, lambda: None)  # type: ignore[arg-type]
+    assert Agent("hello", card, executor).safe_to_repeat
+    assert not Agent("hello", card, executor, repeat_safe=False).safe_to_repeat
 
 
 BROKEN_MODULES = {
