@@ -1,6 +1,10 @@
+import asyncio
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from tests.support import LOOPBACK_WEBHOOKS, SHARED, ServerProcess
@@ -23,3 +27,30 @@ def kit() -> Path:
     if not path.is_dir():
         pytest.skip("../shared/kit is not beside the repository")
     return path
+
+
+def pg_server_url() -> str:
+    url = os.environ.get("A2A_BRIDGE_PG_URL")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must provide PostgreSQL: .ci/run sets A2A_BRIDGE_PG_URL")
+        pytest.skip("no PostgreSQL: run `export A2A_BRIDGE_PG_URL=$(bash .ci/postgres)`")
+    return url
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A fresh database on the test PostgreSQL server, dropped afterwards."""
+    server = pg_server_url()
+    name = f"bridge_{uuid.uuid4().hex[:12]}"
+
+    async def admin(statement: str) -> None:
+        connection = await asyncpg.connect(server)
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(admin(f"CREATE DATABASE {name}"))
+    yield server.rsplit("/", 1)[0] + f"/{name}"
+    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))

@@ -18,7 +18,6 @@ from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim
 from a2a_bridge.ledger import Ledger, TaskEnded, TaskExists, TaskRecord
 from a2a_bridge.store import StoreConfig, Stores
-from tests.test_replicas import pg_database  # noqa: F401 - the fixture of a fresh PostgreSQL database
 
 OWNER = "alice"
 

@@ -30,7 +30,6 @@ from a2a_bridge.store import StoreConfig, Stores
 from agents.base import Emitter
 from tests.claim_support import FULL_SUITE
 from tests.support import A2A, ServerProcess, rpc, serve_in_thread, user_message, wait_for
-from tests.test_replicas import pg_database  # noqa: F401 - the fixture of a fresh PostgreSQL database
 
 PAIRS = 60
 CHUNKS = 8

@@ -4,14 +4,12 @@ concurrently (SDK defect 3). The same scenarios on the stock SDK's handler are e
 
 import asyncio
 import contextlib
-import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import asyncpg
 import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
@@ -34,33 +32,6 @@ REPETITIONS = 20
 TURN_SECONDS = 0.8
 """How long each turn of the test agent works: long enough for the other replica to act during it, also on a loaded
 machine (a cancel reaches the other replica through a few queries of each)."""
-
-
-def pg_server_url() -> str:
-    url = os.environ.get("A2A_BRIDGE_PG_URL")
-    if not url:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must provide PostgreSQL: .ci/run sets A2A_BRIDGE_PG_URL")
-        pytest.skip("no PostgreSQL: run `export A2A_BRIDGE_PG_URL=$(bash .ci/postgres)`")
-    return url
-
-
-@pytest.fixture
-def pg_database() -> Iterator[str]:
-    """A fresh database on the test PostgreSQL server, dropped afterwards."""
-    server = pg_server_url()
-    name = f"bridge_{uuid.uuid4().hex[:12]}"
-
-    async def admin(statement: str) -> None:
-        connection = await asyncpg.connect(server)
-        try:
-            await connection.execute(statement)
-        finally:
-            await connection.close()
-
-    asyncio.run(admin(f"CREATE DATABASE {name}"))
-    yield server.rsplit("/", 1)[0] + f"/{name}"
-    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
 @dataclass
