@@ -43,8 +43,8 @@ from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.kit import KIT_PORTS
-from agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
-from capture import recorder, replay_command
+from a2a_bridge.agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
+from a2a_bridge.capture import recorder, replay_command
 
 
 def user_token(text: str) -> tuple[str, Principal]:

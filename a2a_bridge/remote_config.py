@@ -27,7 +27,7 @@ from a2a_bridge.remote import (
     RemoteFailure,
     classify,
 )
-from agents.base import who_must_act_extension
+from a2a_bridge.agents.base import who_must_act_extension
 
 
 def front_card(remote: AgentCard) -> AgentCard:

@@ -18,7 +18,7 @@ from a2a.types import (
 )
 
 from a2a_bridge.task_status import WHO_MUST_ACT
-from agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
+from a2a_bridge.agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
 
 DIFF_TYPE = "text/x-diff"
 ANSWER = (

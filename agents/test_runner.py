@@ -13,7 +13,7 @@ from a2a.types import (
     TaskState,
 )
 
-from agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
+from a2a_bridge.agents.base import Emitter, KitAgent, data_part, user_texts, who_must_act_extension
 
 MISSING_COMMIT = "deadbee"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capture.compare import Difference, path_matches, path_segments
+from a2a_bridge.capture.compare import Difference, path_matches, path_segments
 
 
 class AllowError(ValueError):

@@ -16,8 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from capture.driver import capture_server
-from capture.scenarios import SCENARIOS, record
+from a2a_bridge.capture.driver import capture_server
+from a2a_bridge.capture.scenarios import SCENARIOS, record
 
 OUT = Path(__file__).resolve().parent / "out"
 OUTPUTS = ("*.http", "*.txt", "*.log")

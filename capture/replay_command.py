@@ -1,13 +1,13 @@
-"""`a2a-bridge replay`: the command's options, and its run with the terminal reporter (`capture.console`)."""
+"""`a2a-bridge replay`: the command's options, and its run with the terminal reporter (`a2a_bridge.capture.console`)."""
 
 import argparse
 from pathlib import Path
 
-from capture import allowances
-from capture.allowances import AllowError
-from capture.console import RichReporter
-from capture.allowances import AllowList
-from capture.replay import DEADLINE, UsageError, parse_maps, replay
+from a2a_bridge.capture import allowances
+from a2a_bridge.capture.allowances import AllowError
+from a2a_bridge.capture.console import RichReporter
+from a2a_bridge.capture.allowances import AllowList
+from a2a_bridge.capture.replay import DEADLINE, UsageError, parse_maps, replay
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

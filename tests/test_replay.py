@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from capture.allowances import AllowError, AllowList, load as load_allow
-from capture.compare import Difference, Ids, compare, path_matches
-from capture.replay import BlockResult, Replayer, UsageError, parse_maps, replay
-from capture.transcript import load_all, parse
+from a2a_bridge.capture.allowances import AllowError, AllowList, load as load_allow
+from a2a_bridge.capture.compare import Difference, Ids, compare, path_matches
+from a2a_bridge.capture.replay import BlockResult, Replayer, UsageError, parse_maps, replay
+from a2a_bridge.capture.transcript import load_all, parse
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
