@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import importlib.metadata
 import ipaddress
 import os
 import sys
@@ -122,8 +123,20 @@ def kit_url(bind: str, port: int) -> str:
     return f"http://[{bind}]:{port}" if ":" in bind and not bind.startswith("[") else f"http://{bind}:{port}"
 
 
+DISTRIBUTION = "a2a-bridge"
+
+
+def installed_version() -> str:
+    """The version of the installed distribution (`pip install`, editable or not), as importlib.metadata reads it."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
+    root.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = root.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve test-runner, code-reviewer and deployer")
     serve.add_argument("--host", default="127.0.0.1")
