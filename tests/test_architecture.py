@@ -2,6 +2,7 @@
 aside), the command line module at the top with nothing importing it, and no module of `a2a_bridge/` over 500 lines."""
 
 import ast
+import os
 import tomllib
 from pathlib import Path
 
@@ -97,3 +98,28 @@ def test_the_modules_are_found_under_the_names_they_import_as() -> None:
     assert {"a2a_bridge.cli", "a2a_bridge.agents.catalog", "a2a_bridge.capture.replay"} <= set(names)
     assert not [name for name in names if name.split(".")[0] != "a2a_bridge"]
     assert {"a2a_bridge.agents.catalog", "a2a_bridge.capture.recorder"} <= import_graph()["a2a_bridge.cli"]
+
+
+FOLDERS_AS_PACKAGES = {"agents", "capture"}
+"""Folders at the top of the checkout that import only under a2a_bridge: imported by their folder's name from a
+checkout (the root is on sys.path there), they would load a second copy of each module and fail once installed."""
+
+
+def python_sources() -> list[Path]:
+    """The checkout's Python files, without virtualenvs, build output, node_modules and other hidden folders."""
+    sources = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".") and name not in {"build", "node_modules"}]
+        sources += [Path(folder, name) for name in files if name.endswith(".py")]
+    return sources
+
+
+def test_nothing_imports_the_folders_by_their_top_level_names() -> None:
+    found = []
+    for path in python_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [f"{path.relative_to(ROOT)}: {name}" for name in names if name.split(".")[0] in FOLDERS_AS_PACKAGES]
+    assert found == []
