@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import importlib.metadata
 import ipaddress
 import os
 import sys
@@ -45,8 +46,8 @@ from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.kit import KIT_PORTS
-from agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
-from capture import recorder, replay_command
+from a2a_bridge.agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
+from a2a_bridge.capture import recorder, replay_command
 
 
 def user_token(text: str) -> tuple[str, Principal]:
@@ -143,8 +144,20 @@ def kit_url(bind: str, port: int) -> str:
     return f"http://[{bind}]:{port}" if ":" in bind and not bind.startswith("[") else f"http://{bind}:{port}"
 
 
+DISTRIBUTION = "a2a-bridge"
+
+
+def installed_version() -> str:
+    """The version of the installed distribution (`pip install`, editable or not), as importlib.metadata reads it."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install .)"
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for your agents and the three sample agents.")
+    root.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = root.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve your agents, or test-runner, code-reviewer and deployer")
     serve.add_argument("--host", default="127.0.0.1")

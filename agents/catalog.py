@@ -7,7 +7,7 @@ from pathlib import Path
 from a2a_bridge.app import AgentSpec
 from a2a_bridge.auth import Principal
 from a2a_bridge.bridge_routes import AUTHORIZE, REVIEW
-from agents import bench, code_reviewer, conformance, deployer, test_runner
+from a2a_bridge.agents import bench, code_reviewer, conformance, deployer, test_runner
 
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
 DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"

@@ -22,7 +22,7 @@ from a2a.types import (
 )
 
 from a2a_bridge.push import Address, Network, WebhookPolicy
-from agents.base import Emitter, KitAgent, Pause, data_part
+from a2a_bridge.agents.base import Emitter, KitAgent, Pause, data_part
 
 DEFAULT_STREAMING_TIMEOUT = 2.0
 """The TCK's default `TCK_STREAMING_TIMEOUT`, in seconds."""

@@ -20,7 +20,7 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from agents import bench  # noqa: E402
+from a2a_bridge.agents import bench  # noqa: E402
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 

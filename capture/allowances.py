@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capture.compare import Difference, path_matches, path_segments
+from a2a_bridge.capture.compare import Difference, path_matches, path_segments
+
+
+SHIPPED = Path(__file__).resolve().parent / "allow"
+"""The allow files that come with the bridge (`bridge`, `rerun`), in the checkout and in the installed package."""
 
 
 class AllowError(ValueError):
@@ -60,6 +64,9 @@ def load(path: Path) -> AllowList:
     """Read an allow file; every entry needs file, block, path and a reason."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        shipped = ", ".join(sorted(file.stem for file in SHIPPED.glob("*.toml")))
+        raise AllowError(f"{path}: no such file (the allow files shipped with the bridge: {shipped})") from error
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise AllowError(f"{path}: {error}") from error
     raw = data.get("allow", [])
@@ -90,3 +97,12 @@ def load(path: Path) -> AllowList:
             )
         )
     return AllowList(tuple(entries))
+
+
+def allow_file(argument: str) -> Path:
+    """`--allow`: a path to an allow file, else the name of a shipped one (`bridge` or `bridge.toml`)."""
+    given = Path(argument)
+    shipped = SHIPPED / (argument if argument.endswith(".toml") else f"{argument}.toml")
+    if given.is_file() or given.name != argument or not shipped.is_file():
+        return given
+    return shipped

@@ -6,9 +6,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from capture.allowances import Allowed
-from capture.compare import Difference, short
-from capture.replay import BlockResult
+from a2a_bridge.capture.allowances import Allowed
+from a2a_bridge.capture.compare import Difference, short
+from a2a_bridge.capture.replay import BlockResult
 
 
 def _sides(difference: Difference) -> tuple[str, str]:

@@ -32,10 +32,10 @@ from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SteppingClock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.store import StoreConfig, Stores
-from agents.base import KitAgent
-from agents.catalog import sample_agents
-from capture.transcript import Headers, Request, Response
-from capture.writer import Recorded, compact, pretty
+from a2a_bridge.agents.base import KitAgent
+from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.capture.transcript import Headers, Request, Response
+from a2a_bridge.capture.writer import Recorded, compact, pretty
 
 START = datetime(2026, 10, 6, 9, 0, tzinfo=UTC)
 SEED = 20261006

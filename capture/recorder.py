@@ -1,8 +1,10 @@
-"""`a2a-bridge capture [--check]`: record every scenario against our own server into capture/out/: a transcript
-`NN-name.http` per scenario, and the other files the kit has (17-signed-card.txt, 19-planner.log).
+"""`a2a-bridge capture [--check]`: record every scenario against our own server: a transcript `NN-name.http` per
+scenario, and the other files the kit has (17-signed-card.txt, 19-planner.log).
 
-The capture is deterministic (seeded ids, a stepping clock, agents paced by the driver), so `--check` records again
-into a temporary folder and compares the files byte for byte with the ones in capture/out.
+Run from a checkout, it records into capture/out; installed from a wheel, into `capture-out/` in the current
+directory (the transcripts shipped in the package stay as they were shipped). The capture is deterministic (seeded
+ids, a stepping clock, agents paced by the driver), so `--check` records again into a temporary folder and compares
+the files byte for byte with the recorded ones: capture/out in a checkout, the shipped copy once installed.
 """
 
 import argparse
@@ -16,10 +18,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from capture.driver import capture_server
-from capture.scenarios import SCENARIOS, record
+from a2a_bridge.capture.driver import capture_server
+from a2a_bridge.capture.scenarios import SCENARIOS, record
 
 OUT = Path(__file__).resolve().parent / "out"
+"""The recorded transcripts: capture/out in a checkout, the copy shipped in the package once installed."""
+INSTALLED_OUT = Path("capture-out")
+"""Where `capture` writes when not run from a checkout: in the current directory, never into the installed package."""
 OUTPUTS = ("*.http", "*.txt", "*.log")
 """The kinds of file a capture writes, and --check compares."""
 
@@ -51,11 +56,25 @@ def differing(expected: Path, actual: Path) -> list[str]:
     ]
 
 
+def in_checkout() -> bool:
+    """Whether the package runs from a source checkout (an editable install), where capture/out is the project's."""
+    return (OUT.parents[1] / "pyproject.toml").is_file()
+
+
+def default_out() -> Path:
+    """Where `capture` writes without --out: capture/out in a checkout, else ./capture-out."""
+    return OUT if in_checkout() else INSTALLED_OUT
+
+
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add `capture` to the a2a-bridge command."""
     command = commands.add_parser("capture", help="record every scenario against our own server as .http transcripts")
     command.add_argument("--check", action="store_true", help="capture again into a temporary folder and compare")
-    command.add_argument("--out", type=Path, default=OUT, help="where the transcripts are (default capture/out)")
+    command.add_argument(
+        "--out", type=Path,
+        help="where to write the transcripts (default capture/out in a checkout, else ./capture-out); with --check,"
+        " the transcripts to compare with (default the recorded ones: capture/out, or the copy the package ships)",
+    )
     command.set_defaults(run=main, log_level="warning")
 
 
@@ -82,16 +101,17 @@ def main(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", message="The HMAC key is")
     console = Console(highlight=False)
     if not args.check:
-        for path in run_with_progress(args.out, console):
+        for path in run_with_progress(args.out or default_out(), console):
             console.print(f"wrote {path}")
         return 0
+    recorded = args.out or OUT
     with tempfile.TemporaryDirectory(prefix="a2a-capture-") as temporary:
         run_with_progress(Path(temporary), console)
-        changed = differing(args.out, Path(temporary))
+        changed = differing(recorded, Path(temporary))
     if changed:
         errors = Console(stderr=True, highlight=False)
-        errors.print(f"[bold red]capture differs from {args.out}:[/] " + ", ".join(changed))
+        errors.print(f"[bold red]capture differs from {recorded}:[/] " + ", ".join(changed))
         errors.print("run `a2a-bridge capture` to record again, and review the difference")
         return 1
-    console.print(f"[green]capture matches {args.out} byte for byte[/] ({len(outputs(args.out))} files)")
+    console.print(f"[green]capture matches {recorded} byte for byte[/] ({len(outputs(recorded))} files)")
     return 0

@@ -16,7 +16,7 @@ Rules, in the order a transcript is played:
   what depends on the store's earlier content differs (12 counts and lists the earlier run's tasks too, which
   `capture/allow/rerun.toml` documents).
 - Comparison: status line, media type and the other recorded headers (not Host, Date, Server, Content-Length), then
-  the body as JSON (`capture.compare`: ids bound, timestamps as timestamps, numbers by value, objects unordered) or
+  the body as JSON (`a2a_bridge.capture.compare`: ids bound, timestamps as timestamps, numbers by value, objects unordered) or
   as text; a stream's events are compared in order as the list `$[0]`, `$[1]`, …
 - Streams: a request recorded inside an open stream (07's approval) is sent once the stream has delivered the events
   recorded before it. A stream whose last recorded event ends it (a terminal state, INPUT_REQUIRED, a message, an
@@ -50,9 +50,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from capture.allowances import Allowed, AllowList
-from capture.compare import UUID, Difference, Ids, compare, short
-from capture.transcript import Block, Headers, Response, Transcript, TranscriptError, load
+from a2a_bridge.capture.allowances import Allowed, AllowList
+from a2a_bridge.capture.compare import UUID, Difference, Ids, compare, short
+from a2a_bridge.capture.transcript import Block, Headers, Response, Transcript, TranscriptError, load
 
 DEADLINE = 20.0
 """Seconds the replayer waits for a stream event, a task's progress or the webhooks."""

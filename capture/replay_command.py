@@ -1,13 +1,13 @@
-"""`a2a-bridge replay`: the command's options, and its run with the terminal reporter (`capture.console`)."""
+"""`a2a-bridge replay`: the command's options, and its run with the terminal reporter (`a2a_bridge.capture.console`)."""
 
 import argparse
 from pathlib import Path
 
-from capture import allowances
-from capture.allowances import AllowError
-from capture.console import RichReporter
-from capture.allowances import AllowList
-from capture.replay import DEADLINE, UsageError, parse_maps, replay
+from a2a_bridge.capture import allowances
+from a2a_bridge.capture.allowances import AllowError
+from a2a_bridge.capture.console import RichReporter
+from a2a_bridge.capture.allowances import AllowList
+from a2a_bridge.capture.replay import DEADLINE, UsageError, parse_maps, replay
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -18,7 +18,10 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "--map", action="append", default=[], metavar="HOST:PORT=BASE_URL",
         help="send blocks whose Host is HOST:PORT to BASE_URL (repeat for each host)",
     )
-    command.add_argument("--allow", type=Path, action="append", default=[], metavar="FILE", help="TOML file of documented differences")
+    command.add_argument(
+        "--allow", type=allowances.allow_file, action="append", default=[], metavar="FILE|NAME",
+        help="TOML file of documented differences, or the name of one the bridge ships: bridge, rerun (repeatable)",
+    )
     command.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     command.add_argument("--deadline", type=float, default=DEADLINE, help="seconds to wait for events, progress and webhooks")
     command.set_defaults(run=main, log_level="warning")

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from capture.driver import canonical, response_head
-from capture.transcript import SSE_MEDIA_TYPE, Headers, Request, Response
-from capture.writer import Recorded, compact, pretty
+from a2a_bridge.capture.driver import canonical, response_head
+from a2a_bridge.capture.transcript import SSE_MEDIA_TYPE, Headers, Request, Response
+from a2a_bridge.capture.writer import Recorded, compact, pretty
 
 UNRECORDED_REQUEST_HEADERS = frozenset({"host", "content-length", "accept-encoding", "connection", "user-agent"})
 """Request headers the HTTP client adds on its own; an `Accept: */*` is left out too."""

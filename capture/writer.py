@@ -1,4 +1,4 @@
-"""Writes transcripts in the kit's `.http` format, which `capture.transcript` reads back.
+"""Writes transcripts in the kit's `.http` format, which `a2a_bridge.capture.transcript` reads back.
 
 A block is its `### N · title` line, the request (line, headers, blank line, body), then the response (status line,
 headers, blank line, body or `data:` events). A request sent while a stream stays open is written inside that
@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from capture.transcript import Request, Response
+from a2a_bridge.capture.transcript import Request, Response
 
 
 @dataclass

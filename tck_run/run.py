@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from agents.conformance import VARIANTS
+from a2a_bridge.agents.conformance import VARIANTS
 from tck_run.defects import DEFECTS, TCK_COMMIT
 from tck_run.report import Outcome, Verdict, judge, merged, outcomes, table, untested
 

@@ -1,6 +1,6 @@
 """The kit tests' strict comparison: every difference fails except the named allowances a test passes.
 
-The comparison itself (ids bound one to one, timestamps as timestamps) is the product's, `capture.compare`; here it
+The comparison itself (ids bound one to one, timestamps as timestamps) is the product's, `a2a_bridge.capture.compare`; here it
 runs strictly (key order and number form count), and each `Allowance` names one deliberate difference between our
 server and the kit, with the reason it is acceptable.
 """
@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from a2a_bridge.task_status import WHO_MUST_ACT
-from capture.compare import Difference, Ids, compare, path_segments
+from a2a_bridge.capture.compare import Difference, Ids, compare, path_segments
 
 __all__ = ["Allowance", "Ids", "match", "tolerated"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from capture.replay import Delivery
-from capture.transcript import Block, Headers, Transcript, load
+from a2a_bridge.capture.replay import Delivery
+from a2a_bridge.capture.transcript import Block, Headers, Transcript, load
 from tests.kit_match import Allowance, Ids, match
 from tests.support import ServerProcess, wait_for
 

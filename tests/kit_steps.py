@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from capture.transcript import Transcript
+from a2a_bridge.capture.transcript import Transcript
 from tests.kit_session import KitSession
 from tests.support import A2A, wait_for
 

@@ -12,7 +12,7 @@ from a2a.types import AgentCapabilities, AgentCard, AgentSkill, TaskState
 from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
-from agents.base import Emitter
+from a2a_bridge.agents.base import Emitter
 from tests.support import rpc, rpc_stream, serve_in_thread, user_message, wait_for
 
 SECRET = "secret path /etc/x"

@@ -2,18 +2,22 @@
 aside), the command line module at the top with nothing importing it, and no module of `a2a_bridge/` over 500 lines."""
 
 import ast
+import os
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("a2a_bridge", "agents", "capture")
+PACKAGES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+"""The packages by the name they import as, and their folders: agents/ and capture/ import as a2a_bridge.agents and
+a2a_bridge.capture."""
 MAX_LINES = 500
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for package, folder in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            name = ".".join((package, *path.relative_to(ROOT / folder).with_suffix("").parts)).removesuffix(".__init__")
             found[name] = path
     return found
 
@@ -85,3 +89,40 @@ def test_nothing_imports_the_command_line_module_but_its_entry_point() -> None:
 def test_no_module_of_the_server_library_is_over_500_lines() -> None:
     sizes = {path.name: len(path.read_text().splitlines()) for path in (ROOT / "a2a_bridge").glob("*.py")}
     assert {name: size for name, size in sizes.items() if size > MAX_LINES} == {}
+
+
+def test_the_wheel_installs_one_top_level_package() -> None:
+    assert {name.split(".")[0] for name in PACKAGES} == {"a2a_bridge"}
+    assert sorted(PACKAGES) == ["a2a_bridge", "a2a_bridge.agents", "a2a_bridge.capture"]
+
+
+def test_the_modules_are_found_under_the_names_they_import_as() -> None:
+    names = modules()
+    assert {"a2a_bridge.cli", "a2a_bridge.agents.catalog", "a2a_bridge.capture.replay"} <= set(names)
+    assert not [name for name in names if name.split(".")[0] != "a2a_bridge"]
+    assert {"a2a_bridge.agents.catalog", "a2a_bridge.capture.recorder"} <= import_graph()["a2a_bridge.cli"]
+
+
+FOLDERS_AS_PACKAGES = {"agents", "capture"}
+"""Folders at the top of the checkout that import only under a2a_bridge: imported by their folder's name from a
+checkout (the root is on sys.path there), they would load a second copy of each module and fail once installed."""
+
+
+def python_sources() -> list[Path]:
+    """The checkout's Python files, without virtualenvs, build output, node_modules and other hidden folders."""
+    sources = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".") and name not in {"build", "node_modules"}]
+        sources += [Path(folder, name) for name in files if name.endswith(".py")]
+    return sources
+
+
+def test_nothing_imports_the_folders_by_their_top_level_names() -> None:
+    found = []
+    for path in python_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [f"{path.relative_to(ROOT)}: {name}" for name in names if name.split(".")[0] in FOLDERS_AS_PACKAGES]
+    assert found == []

@@ -14,13 +14,13 @@ from a2a.types import AgentCard
 from a2a.utils import signing
 from google.protobuf.json_format import ParseDict
 
-from agents.catalog import DEPLOYER_SIGNING_KEY
-from capture.allowances import AllowList, load as load_allow
-from capture.recorder import OUT, outputs
-from capture.replay import Replayer, replay
-from capture.transcript import Block, Headers, Request, Response, StreamPosition, Transcript, load, load_all, parse
-from capture.transport import RecordingTransport
-from capture.writer import Recorded, render
+from a2a_bridge.agents.catalog import DEPLOYER_SIGNING_KEY
+from a2a_bridge.capture.allowances import AllowList, load as load_allow
+from a2a_bridge.capture.recorder import OUT, outputs
+from a2a_bridge.capture.replay import Replayer, replay
+from a2a_bridge.capture.transcript import Block, Headers, Request, Response, StreamPosition, Transcript, load, load_all, parse
+from a2a_bridge.capture.transport import RecordingTransport
+from a2a_bridge.capture.writer import Recorded, render
 from tests.claim_support import claim_view, operations
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess, wait_for
 from tests.test_planner import DECISIONS, SHORT_ID, normalized

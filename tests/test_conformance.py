@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agents.conformance import BEHAVIOURS, behaviour_for
+from a2a_bridge.agents.conformance import BEHAVIOURS, behaviour_for
 from tests.support import A2A, ServerProcess, rpc, rpc_stream, wait_for
 
 TIMEOUT = 0.5

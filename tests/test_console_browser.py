@@ -21,7 +21,7 @@ from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
-from agents.base import Emitter
+from a2a_bridge.agents.base import Emitter
 from tests.js_support import node as js_node
 from tests.remote_support import JsRemote
 

@@ -24,7 +24,7 @@ from a2a_bridge.direct_rpc import DEBUG_LOGS
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
 from a2a_bridge.observability import TaskPaths
 from a2a_bridge.store import StoreConfig, Stores
-from agents.catalog import DEPLOYER_TOKEN, served_agents
+from a2a_bridge.agents.catalog import DEPLOYER_TOKEN, served_agents
 from tests.support import A2A, serve_in_thread, user_message
 from tests.test_agent_errors import raiser_spec
 

@@ -9,7 +9,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from agents.catalog import DEPLOYER_TOKEN
+from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
 from tests.support import ServerProcess, rpc
 
 VERSION = (("a2a-version", "1.0"),)

@@ -26,7 +26,7 @@ from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.live_tasks import Listener
 from a2a_bridge.task_host import TaskHost
-from agents.base import Emitter
+from a2a_bridge.agents.base import Emitter
 from tests.claim_support import (
     DEPLOYER,
     FULL_SUITE,

@@ -15,7 +15,7 @@ from a2a.utils.errors import UnsupportedOperationError
 from a2a_bridge.app import Bridge
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
-from agents.catalog import sample_agents
+from a2a_bridge.agents.catalog import sample_agents
 
 LIFESPAN = timedelta(seconds=30)
 DIFF = "--- a/app.py\n+++ b/app.py\n@@ -1,1 +1,2 @@\n+print('hi')\n"

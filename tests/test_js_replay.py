@@ -5,8 +5,8 @@ server on @a2a-js/sdk 1.3.0. Each difference the replayer reports is asserted, s
 import dataclasses
 from pathlib import Path
 
-from capture.replay import BlockResult, Replayer
-from capture.transcript import Transcript, load
+from a2a_bridge.capture.replay import BlockResult, Replayer
+from a2a_bridge.capture.transcript import Transcript, load
 from tests.js_support import EchoServer, node
 
 KIT_HOST = "localhost:41241"

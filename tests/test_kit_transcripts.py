@@ -15,11 +15,11 @@ from a2a.types import AgentCard
 from a2a.utils.signing import create_signature_verifier
 from google.protobuf.json_format import ParseDict
 
-from agents.catalog import DEPLOYER_SIGNING_KEY
-from capture.transcript import Transcript
+from a2a_bridge.agents.catalog import DEPLOYER_SIGNING_KEY
+from a2a_bridge.capture.transcript import Transcript
 from tests import kit_steps
 from tests.kit_match import Allowance
-from capture.replay import Delivery, WebhookReceiver
+from a2a_bridge.capture.replay import Delivery, WebhookReceiver
 from tests.kit_session import KitSession, transcript
 from tests.support import A2A, ServerProcess, wait_for
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.deployer import ROLLOUT_WINDOW_SECONDS
+from a2a_bridge.agents.deployer import ROLLOUT_WINDOW_SECONDS
 from tests.claim_support import OPERATOR, approve, claim_view, rolling_out, start_deploys, wait_state
 from tests.support import ServerProcess, wait_for
 

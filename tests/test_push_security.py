@@ -19,8 +19,8 @@ from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import SecurityConfig, parse_network
 from a2a_bridge.push import GuardedBackend, WebhookPolicy
 from a2a_bridge.store import StoreConfig, Stores
-from agents.catalog import sample_agents
-from capture.replay import WebhookReceiver
+from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.capture.replay import WebhookReceiver
 from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, wait_for
 
 PUBLIC = "93.184.215.14"

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
-from agents.base import user_texts
+from a2a_bridge.agents.base import user_texts
 from tests.stock_sdk import card, open_task, stock_app
 from tests.support import A2A, serve_in_thread, user_message, wait_for
 from tests.test_stock_sdk_defects import StockDefect, expect, servers

@@ -21,7 +21,7 @@ from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.task_status import WHO_MUST_ACT
-from agents.base import Emitter
+from a2a_bridge.agents.base import Emitter
 from tests.claim_support import (
     FULL_SUITE,
     RECONCILE_TEXT,

@@ -16,7 +16,7 @@ import pytest
 from a2a_bridge.remote import REMOTE_EXTENSION, forwarded_id
 from a2a_bridge.remote_config import file_remotes, front_card, remote_arg
 from a2a_bridge.task_status import WHO_MUST_ACT
-from agents import test_runner
+from a2a_bridge.agents import test_runner
 from tests.claim_support import (
     FULL_SUITE,
     OPERATOR,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from capture.allowances import AllowError, AllowList, load as load_allow
-from capture.compare import Difference, Ids, compare, path_matches
-from capture.replay import BlockResult, Replayer, UsageError, parse_maps, replay
-from capture.transcript import load_all, parse
+from a2a_bridge.capture.allowances import AllowError, AllowList, allow_file, load as load_allow
+from a2a_bridge.capture.compare import Difference, Ids, compare, path_matches
+from a2a_bridge.capture.replay import BlockResult, Replayer, UsageError, parse_maps, replay
+from a2a_bridge.capture.transcript import load_all, parse
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_the_whole_kit_passes_every_block(kit: Path, fresh_server: ServerProcess
 def test_the_cli_replays_the_kit_and_writes_junit(kit: Path, fresh_server: ServerProcess, tmp_path: Path) -> None:
     report = tmp_path / "kit.xml"
     files = [str(path) for path in sorted(kit.glob("*.http"))]
-    done = run_cli(*files, *map_args(fresh_server), "--allow", str(BRIDGE_ALLOW), "--junit", str(report))
+    done = run_cli(*files, *map_args(fresh_server), "--allow", "bridge", "--junit", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 failed" in done.stdout and "allowed differences" in done.stdout
     suites = ET.parse(report).getroot()
@@ -159,6 +159,17 @@ def test_a_host_without_a_mapping_is_explained(tmp_path: Path) -> None:
     assert done.returncode == 2 and "no --map for localhost:41241" in done.stdout
     with pytest.raises(UsageError):
         parse_maps(["localhost:41241"])
+
+
+def test_allow_names_a_shipped_allow_file_or_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert allow_file("bridge") == allow_file("bridge.toml") == BRIDGE_ALLOW
+    assert allow_file("rerun") == RERUN_ALLOW
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bridge.toml").write_text("", encoding="utf-8")
+    assert allow_file("bridge.toml") == Path("bridge.toml")
+    assert allow_file("./rerun") == Path("rerun")
+    with pytest.raises(AllowError, match=r"nope: no such file \(the allow files shipped with the bridge: bridge, rerun\)"):
+        load_allow(allow_file("nope"))
 
 
 def test_allow_files_need_a_reason(tmp_path: Path) -> None:

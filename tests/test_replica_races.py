@@ -27,7 +27,7 @@ from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.ledger_tables import SESSION_LOCKS
 from a2a_bridge.store import StoreConfig, Stores
-from agents.base import Emitter
+from a2a_bridge.agents.base import Emitter
 from tests.claim_support import FULL_SUITE
 from tests.support import A2A, ServerProcess, rpc, serve_in_thread, user_message, wait_for
 

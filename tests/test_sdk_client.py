@@ -26,7 +26,7 @@ from a2a.types import (
 )
 from a2a.utils.signing import create_signature_verifier
 
-from agents.catalog import DEPLOYER_SIGNING_KEY
+from a2a_bridge.agents.catalog import DEPLOYER_SIGNING_KEY
 from tests.support import DEPLOYER_TOKEN, DIFF, ServerProcess, wait_for
 
 R = TypeVar("R")

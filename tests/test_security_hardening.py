@@ -14,7 +14,7 @@ from a2a.types import AgentCard
 from a2a.utils.signing import create_signature_verifier
 from google.protobuf.json_format import ParseDict
 
-from agents.catalog import DEPLOYER_SIGNING_KEY
+from a2a_bridge.agents.catalog import DEPLOYER_SIGNING_KEY
 from tests.security_support import message, new_id, normalized, start, wait_state
 from tests.support import A2A, DEPLOYER_TOKEN, ServerProcess, rpc
 

@@ -16,7 +16,7 @@ from a2a.utils.errors import A2A_ERROR_REASONS
 
 from a2a_bridge.error_codes import SPEC_TABLE
 from a2a_bridge.rest_errors import spec_status
-from capture.replay import Delivery, WebhookReceiver
+from a2a_bridge.capture.replay import Delivery, WebhookReceiver
 from tests.support import A2A, ServerProcess, free_port, rpc, wait_for
 
 VARIANTS = ("conformance", "conformance-extended-card", "conformance-required-extension", "conformance-minimal")

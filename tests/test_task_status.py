@@ -25,7 +25,7 @@ from a2a_bridge import bridge_routes
 from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
-from agents.catalog import sample_agents
+from a2a_bridge.agents.catalog import sample_agents
 from tests.stock_sdk import card, open_task
 from tests.support import A2A, DEPLOYER_TOKEN, ServerProcess, rpc, rpc_stream, serve_in_thread, user_message, wait_for
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from capture.transcript import StreamPosition, TranscriptError, load, load_all, parse
+from a2a_bridge.capture.transcript import StreamPosition, TranscriptError, load, load_all, parse
 
 BLOCKS = {
     "01-agent-cards": 3,

@@ -24,7 +24,7 @@ from a2a_bridge.clock import SystemClock
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.ledger import ClaimEvent, Ledger, MemoryLedger, SentMessage, TaskRecord
 from a2a_bridge.store import StoreConfig, Stores
-from agents.base import Emitter
+from a2a_bridge.agents.base import Emitter
 from tests.support import rpc, serve_in_thread, user_message, wait_for
 
 UNSTORABLE = "cannot-be-stored"

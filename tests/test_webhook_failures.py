@@ -11,7 +11,7 @@ import pytest
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.push import FIRST_REPEAT, FailureLog
-from capture.replay import WebhookReceiver
+from a2a_bridge.capture.replay import WebhookReceiver
 from tests.claim_support import UNIT_TESTS
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess, rpc, user_message, wait_for
 

@@ -20,7 +20,7 @@ from a2a_bridge import Agent, open_window, resume_signal
 from a2a_bridge.agent_loading import AgentLoadError
 from a2a_bridge.cli import chosen_agents, parser
 from a2a_bridge.task_status import WHO_MUST_ACT
-from agents.catalog import AGENT_NAMES
+from a2a_bridge.agents.catalog import AGENT_NAMES
 from tests.claim_support import RECONCILE_TEXT, claim_view, operations, reconcile, start, status_text, stored_claim_view, wait_state
 from tests.support import A2A, CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, user_message, wait_for
 from tests.user_agents import RUNS, runs, steady
