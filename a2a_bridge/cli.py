@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from a2a_bridge import observability, operator_cli, planner, remote_config
 from a2a_bridge.app import Bridge, GrpcSettings
+from a2a_bridge.arg_types import LOG_LEVELS, CommandParser, port, positive_seconds, seconds_or_zero, writable_file
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import (
@@ -37,13 +38,14 @@ from a2a_bridge.config import (
     parse_public_url,
     user_entry,
 )
+from a2a_bridge.preflight import CannotStart, check_port, check_store
 from a2a_bridge.read_timeouts import timed
 from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.kit import KIT_PORTS
-from agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
+from agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
 from capture import recorder, replay_command
 
 
@@ -61,6 +63,21 @@ def limit_setting(text: str) -> tuple[str, str]:
     if not equals or not name:
         raise argparse.ArgumentTypeError("expected NAME=N")
     return name.strip(), value.strip()
+
+
+def store_setting(text: str) -> StoreConfig:
+    """`--store`: memory, sqlite:///PATH or postgresql://..."""
+    try:
+        return StoreConfig.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def agent_name(text: str) -> str:
+    """`--agent`: a built-in agent; the benchmark's `bench` is accepted but not offered."""
+    if text not in AGENT_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown agent {text!r} (choose from {', '.join(DOCUMENTED_AGENTS)})")
+    return text
 
 
 def webhook_network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":
@@ -123,31 +140,44 @@ def kit_url(bind: str, port: int) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
-    commands = root.add_subparsers(dest="command", required=True)
+    root = CommandParser(prog="a2a-bridge", description="An A2A 1.0 server for the three sample agents.")
+    commands = root.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     serve = commands.add_parser("serve", help="serve test-runner, code-reviewer and deployer")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--store", default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://...")
-    serve.add_argument("--kit-ports", action="store_true", help="also serve each agent at the root of its kit port")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0 or :: for every interface)")
+    serve.add_argument("--port", type=port, default=8000, help="the HTTP port, for every agent under /{agent}/")
     serve.add_argument(
-        "--grpc-port", type=int, metavar="PORT",
+        "--store", type=store_setting, default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://..."
+    )
+    serve.add_argument(
+        "--kit-ports", action="store_true",
+        help=f"also serve each agent at the root of its kit port ({', '.join(f'{n} {p}' for n, p in KIT_PORTS.items())})",
+    )
+    serve.add_argument(
+        "--grpc-port", type=port, metavar="PORT",
         help="also serve every agent on gRPC, one port each from PORT on in the order served (0: any free port each);"
         " the cards list them",
     )
-    serve.add_argument("--pace", type=float, default=0.25, help="seconds the sample agents wait between steps")
-    serve.add_argument("--deploy-ledger", type=Path, help="file the deployer appends each rollout to")
-    serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
-    serve.add_argument("--idle-lifespan", type=float, help="seconds an idle task waits for input before it is closed")
+    serve.add_argument(
+        "--pace", type=seconds_or_zero, default=0.25, metavar="SECONDS", help="seconds the sample agents wait between steps"
+    )
+    serve.add_argument("--deploy-ledger", type=writable_file, metavar="FILE", help="file the deployer appends each rollout to")
+    serve.add_argument(
+        "--lease", type=positive_seconds, default=300.0, metavar="SECONDS",
+        help="seconds of a claim's lease, renewed while a turn runs",
+    )
+    serve.add_argument(
+        "--idle-lifespan", type=positive_seconds, metavar="SECONDS",
+        help="seconds an idle task waits for input before it is closed (default: never)",
+    )
     serve.add_argument(
         "--operator-token",
-        help=f"bearer token of the operator principal (default ${ENV_OPERATOR_TOKEN}, else {DEMO_OPERATOR_TOKEN} unless"
+        help=f"bearer token of the operator principal (default: ${ENV_OPERATOR_TOKEN}, else {DEMO_OPERATOR_TOKEN} unless"
         " --require-auth)",
     )
     serve.add_argument("--config", type=Path, metavar="FILE", help="security configuration (TOML; docs/security.md)")
     serve.add_argument(
         "--allowed-host", action="append", default=[], type=allowed_host, metavar="HOST[:PORT]",
-        help="answer requests whose Host header names this host (repeatable; '*' any); default on loopback:"
+        help="answer requests whose Host header names this host (repeatable; '*' any); default: on loopback,"
         f" {', '.join(LOOPBACK_HOSTS)} at any port",
     )
     serve.add_argument(
@@ -171,10 +201,10 @@ def parser() -> argparse.ArgumentParser:
         help="bearer token of a named user principal, recognised by every agent (repeatable)",
     )
     serve.add_argument(
-        "--agent", action="append", dest="agents", choices=AGENT_NAMES, metavar="NAME",
-        help=f"serve this agent (repeatable; one of {', '.join(AGENT_NAMES)}); default: the three sample agents",
+        "--agent", action="append", dest="agents", type=agent_name, metavar="NAME",
+        help=f"serve this agent (repeatable; one of {', '.join(DOCUMENTED_AGENTS)}); default: the three sample agents",
     )
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info", help="the least severe log lines shown")
     observability.register(serve)
     remote_config.add_options(serve)
     replay_command.register(commands)
@@ -191,10 +221,22 @@ async def serve(args: argparse.Namespace) -> None:
     )
     remotes = remote_config.from_args(args)
     names = args.agents or ([] if remotes.agents else SAMPLE_AGENTS)
+    check_port(args.host, args.port, "--port")
+    if args.kit_ports:
+        served = {*names, *(name for name, _ in remotes.agents)}
+        for name, kit_port in KIT_PORTS.items():
+            if name in served:
+                check_port(args.host, kit_port, f"{name}'s kit port")
+    stores = Stores(args.store)
+    try:
+        await check_store(stores)
+    except CannotStart:
+        await stores.close()
+        raise
     local = served_agents(names, args.pace, deploy_ledger=args.deploy_ledger)
     bridge = Bridge(
         local + await remotes.specs([spec.name for spec in local]),
-        Stores(StoreConfig.parse(args.store)),
+        stores,
         SystemClock(),
         lambda: str(uuid.uuid4()),
         settings,
@@ -257,9 +299,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         try:
             args.security = security(args)
-        except ConfigError as e:
+            asyncio.run(serve(args))
+        except (ConfigError, CannotStart) as e:
             print(f"a2a-bridge serve: {e}", file=sys.stderr)
-            raise SystemExit(2) from e
-        asyncio.run(serve(args))
+            raise SystemExit(2) from None
     elif hasattr(args, "run"):
         raise SystemExit(args.run(args))
