@@ -55,7 +55,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     """Add `capture` to the a2a-bridge command."""
     command = commands.add_parser("capture", help="record every scenario against our own server as .http transcripts")
     command.add_argument("--check", action="store_true", help="capture again into a temporary folder and compare")
-    command.add_argument("--out", type=Path, default=OUT, help="where the transcripts are (default capture/out)")
+    command.add_argument("--out", type=Path, default=OUT, help="where the transcripts are")
     command.set_defaults(run=main, log_level="warning")
 
 

@@ -3,6 +3,7 @@
 import argparse
 from pathlib import Path
 
+from a2a_bridge.arg_types import positive_seconds, writable_file
 from capture import allowances
 from capture.allowances import AllowError
 from capture.console import RichReporter
@@ -13,14 +14,19 @@ from capture.replay import DEADLINE, UsageError, parse_maps, replay
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add `replay` to the a2a-bridge command."""
     command = commands.add_parser("replay", help="replay .http transcripts against live servers and compare")
-    command.add_argument("files", nargs="+", type=Path, metavar="FILE.http")
+    command.add_argument("files", nargs="+", type=Path, metavar="FILE.http", help="the transcripts to replay")
     command.add_argument(
         "--map", action="append", default=[], metavar="HOST:PORT=BASE_URL",
         help="send blocks whose Host is HOST:PORT to BASE_URL (repeat for each host)",
     )
     command.add_argument("--allow", type=Path, action="append", default=[], metavar="FILE", help="TOML file of documented differences")
-    command.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
-    command.add_argument("--deadline", type=float, default=DEADLINE, help="seconds to wait for events, progress and webhooks")
+    command.add_argument(
+        "--junit", type=writable_file, metavar="FILE", help="write JUnit XML here (its folder must exist and be writable)"
+    )
+    command.add_argument(
+        "--deadline", type=positive_seconds, default=DEADLINE, metavar="SECONDS",
+        help="seconds to wait for events, progress and webhooks",
+    )
     command.set_defaults(run=main, log_level="warning")
 
 
