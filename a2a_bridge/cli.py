@@ -132,6 +132,15 @@ def security(args: argparse.Namespace) -> SecurityConfig:
     return config
 
 
+def grpc_port(number: int, http_ports: set[int]) -> int:
+    """One agent's gRPC port, counted from --grpc-port: within the ports there are, and none the HTTP servers take."""
+    if number > 65535:
+        raise CannotStart(f"--grpc-port: one port per agent from it on passes 65535 ({number})")
+    if number in http_ports:
+        raise CannotStart(f"--grpc-port: one port per agent from it on takes {number}, an HTTP port")
+    return number
+
+
 def kit_url(bind: str, port: int) -> str:
     """The address of a kit port's agent, as cards name it: the kit's own `localhost:PORT` on loopback."""
     if is_loopback(bind):
@@ -243,6 +252,14 @@ async def serve(args: argparse.Namespace) -> None:
         security=args.security,
         grpc=None if args.grpc_port is None else GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}"),
     )
+    if args.grpc_port:
+        http_ports = {args.port, *(KIT_PORTS.values() if args.kit_ports else ())}
+        try:
+            for index, name in enumerate(bridge.agents):
+                check_port(args.host, grpc_port(args.grpc_port + index, http_ports), f"{name}'s gRPC port")
+        except CannotStart:
+            await stores.close()
+            raise
     app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()
     settle_allocator()

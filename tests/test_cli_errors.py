@@ -98,6 +98,18 @@ def test_a_taken_port_is_one_line(taken_kit_port: int) -> None:
     assert line == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_kit_port} (--port): Address already in use"
 
 
+def test_grpc_ports_that_cannot_be_had_are_one_line(taken_kit_port: int) -> None:
+    port = free_port()
+    line = one_line_exit_2(a2a_bridge("serve", "--store", "memory", "--port", str(port), "--grpc-port", str(port)))
+    assert line == f"a2a-bridge serve: --grpc-port: one port per agent from it on takes {port}, an HTTP port"
+    past = one_line_exit_2(a2a_bridge("serve", "--store", "memory", "--port", str(port), "--grpc-port", "65534"))
+    assert past == "a2a-bridge serve: --grpc-port: one port per agent from it on passes 65535 (65536)"
+    taken = one_line_exit_2(
+        a2a_bridge("serve", "--store", "memory", "--port", str(port), "--grpc-port", str(taken_kit_port - 1))
+    )
+    assert taken == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_kit_port} (code-reviewer's gRPC port): Address already in use"
+
+
 def test_an_unknown_host_is_one_line() -> None:
     line = one_line_exit_2(a2a_bridge("serve", "--host", "no-such-host.invalid", "--store", "memory"))
     assert line.startswith("a2a-bridge serve: cannot listen on no-such-host.invalid (--port): "), line
