@@ -6,6 +6,7 @@ import math
 import os
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 """The levels uvicorn and the logging module both know (`trace` is uvicorn's, below debug)."""
@@ -70,6 +71,26 @@ def writable_file(text: str) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"cannot write {text}: permission denied")
     return path
+
+
+def folder(text: str) -> Path:
+    """A folder the command writes into, made if missing: not a file."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    return path
+
+
+def http_url(text: str) -> str:
+    """An http:// or https:// URL with a host and, if it names one, a port from 1 to 65535."""
+    try:
+        parts = urlsplit(text)
+        named_port = parts.port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL with a valid host and port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or named_port == 0:
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL with a host, got {text!r}")
+    return text
 
 
 class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):

@@ -13,7 +13,7 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
-from a2a_bridge.arg_types import positive_count
+from a2a_bridge.arg_types import http_url, positive_count
 from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -268,7 +268,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         if task:
             sub.add_argument("task", metavar="TASK", help="the task id")
             sub.add_argument("--agent", help="the task's agent (default: asked of the console API)")
-        sub.add_argument("--url", default=DEFAULT_URL, help="the server")
+        sub.add_argument("--url", type=http_url, default=DEFAULT_URL, help="the server")
         sub.add_argument(
             "--token", help=f"bearer token (default: ${TOKEN_ENV}, else the demo operator token {DEMO_OPERATOR_TOKEN})",
         )

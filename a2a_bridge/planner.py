@@ -39,7 +39,7 @@ from a2a.client.errors import AgentCardResolutionError
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from a2a_bridge.arg_types import positive_seconds
+from a2a_bridge.arg_types import http_url, positive_seconds
 from a2a_bridge.delegation import ON_BEHALF_OF
 from a2a_bridge.kit import KIT_PORTS
 
@@ -361,7 +361,8 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     """Add `plan` to the a2a-bridge command."""
     command = commands.add_parser("plan", help="run the kit's planner against the three agents and print its log")
     command.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the bridge; cards at URL/{agent}/.well-known/agent-card.json"
+        "--url", type=http_url, default="http://127.0.0.1:8000",
+        help="the bridge; cards at URL/{agent}/.well-known/agent-card.json",
     )
     command.add_argument("--kit-host", metavar="HOST", help="read the cards at the root of each kit port on HOST")
     command.add_argument("--token", metavar="DEPLOYER_TOKEN", help="bearer token for agents whose card asks for one")

@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from a2a_bridge.arg_types import folder
 from capture.driver import capture_server
 from capture.scenarios import SCENARIOS, record
 
@@ -55,7 +56,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     """Add `capture` to the a2a-bridge command."""
     command = commands.add_parser("capture", help="record every scenario against our own server as .http transcripts")
     command.add_argument("--check", action="store_true", help="capture again into a temporary folder and compare")
-    command.add_argument("--out", type=Path, default=OUT, help="where the transcripts are")
+    command.add_argument("--out", type=folder, default=OUT, help="where the transcripts are")
     command.set_defaults(run=main, log_level="warning")
 
 

@@ -49,6 +49,9 @@ def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
         (["tasks", "--limit", "0"], "argument --limit: expected a whole number from 1, got 0"),
         (["plan", "--approval-timeout", "-1"], "argument --approval-timeout: expected a positive number of seconds"),
         (["replay", "--deadline", "0", "x.http"], "argument --deadline: expected a positive number of seconds, got 0"),
+        (["plan", "--url", "http://127.0.0.1:99999"], "argument --url: 'http://127.0.0.1:99999' is not a URL with a valid"),
+        (["tasks", "--url", "ftp://x"], "argument --url: expected an http:// or https:// URL with a host"),
+        (["capture", "--out", __file__], "argument --out:"),
         (["nonsense"], "argument command: invalid choice: 'nonsense'"),
     ],
 )
