@@ -140,8 +140,9 @@ def task_details(row: dict[str, Any]) -> str:
     phase = status["phase"] + (f" ({status['terminal_reason']})" if status.get("terminal_reason") else "")
     pending = claim["cancellation_requested"] and claim["state"] != "cancelled"
     parts = [f"phase {phase}"]
-    if status["notifications"]:
-        parts.append("waiting for " + ", ".join(n["kind"] + (f":{n['provider']}" if n.get("provider") else "") for n in status["notifications"]))
+    waiting = [n["kind"] + (f":{n['provider']}" if n.get("provider") else "") for n in status["notifications"]]
+    if waiting:
+        parts.append("waiting for " + ", ".join(waiting))
     parts.append(f"claim {claim['state']}{' (cancel requested)' if pending else ''} gen {claim['claim_generation']}")
     if claim["lease_until"]:
         parts.append(f"lease until {clock_time(claim['lease_until'])}")
@@ -159,7 +160,8 @@ def print_tasks(rows: list[dict[str, Any]], out: Console) -> None:
     out.print("tasks, newest first")
     out.print(f"[bold]{'task'.ljust(id_width)}  {'agent'.ljust(agent_width)}  A2A state[/]")
     for row in rows:
-        out.print(f"{escape(row['id'].ljust(id_width))}  {escape(row['agent'].ljust(agent_width))}  {styled_state(row['state'])}")
+        task, agent = escape(row["id"].ljust(id_width)), escape(row["agent"].ljust(agent_width))
+        out.print(f"{task}  {agent}  {styled_state(row['state'])}")
         out.print(Padding(escape(task_details(row)), (0, 0, 0, 4), expand=False))
 
 
