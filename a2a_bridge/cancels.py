@@ -12,7 +12,15 @@ from a2a.types import Task, TaskState
 from a2a_bridge import claims, errors
 from a2a_bridge.claims import Claim, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.live_tasks import LiveTask, TaskTable, agent_status, requester, snapshot, status_event_for
+from a2a_bridge.live_tasks import (
+    LiveTask,
+    TaskTable,
+    agent_status,
+    canceled_text,
+    requester,
+    snapshot,
+    status_event_for,
+)
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.states import is_terminal
 from a2a_bridge.store_faults import StoreUnavailable
@@ -20,8 +28,6 @@ from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
 from a2a_bridge.turn_execution import BridgeRequestContext, TurnQueue
 
 log = logging.getLogger(__name__)
-
-CANCELED_TEXT = "Canceled at the client's request."
 
 
 class Canceller:
@@ -88,7 +94,7 @@ class Canceller:
         except Exception:
             log.exception("agent %s raised while canceling task %s", self.env.agent, live.task.id)
         if not is_terminal(live.task.status.state):
-            canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, self.env.new_id())
+            canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, canceled_text(context), self.env.new_id())
             await self.writer.apply(live, None, status_event_for(live.task, canceled))
         if live.retrying is not None:
             raise StoreUnavailable(live.task.id)

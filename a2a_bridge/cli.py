@@ -24,6 +24,7 @@ from a2a_bridge import observability, operator_cli, planner, remote_config
 from a2a_bridge.agent import Agent
 from a2a_bridge.agent_loading import AgentLoadError, is_reference, load_agent
 from a2a_bridge.app import Bridge, GrpcSettings
+from a2a_bridge.arg_types import LOG_LEVELS, CommandParser, port, positive_seconds, seconds_or_zero, writable_file
 from a2a_bridge.auth import Principal
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.config import (
@@ -40,13 +41,14 @@ from a2a_bridge.config import (
     parse_public_url,
     user_entry,
 )
+from a2a_bridge.preflight import CannotStart, check_port, check_store
 from a2a_bridge.read_timeouts import timed
 from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.kit import KIT_PORTS
-from a2a_bridge.agents.catalog import AGENT_NAMES, SAMPLE_AGENTS, served_agents
+from a2a_bridge.agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
 from a2a_bridge.capture import recorder, replay_command
 
 
@@ -64,6 +66,14 @@ def limit_setting(text: str) -> tuple[str, str]:
     if not equals or not name:
         raise argparse.ArgumentTypeError("expected NAME=N")
     return name.strip(), value.strip()
+
+
+def store_setting(text: str) -> StoreConfig:
+    """`--store`: memory, sqlite:///PATH or postgresql://..."""
+    try:
+        return StoreConfig.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def webhook_network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":
@@ -125,7 +135,7 @@ def chosen_agents(args: argparse.Namespace, remotes: bool) -> list[Agent]:
     unknown = [c for c in choices if not is_reference(c) and c not in AGENT_NAMES]
     if unknown:
         raise AgentLoadError(
-            f"--agent {unknown[0]}: expected one of {', '.join(AGENT_NAMES)}, or MODULE:ATTRIBUTE naming your agent"
+            f"--agent {unknown[0]}: expected one of {', '.join(DOCUMENTED_AGENTS)}, or MODULE:ATTRIBUTE naming your agent"
         )
     builtin = served_agents([c for c in choices if not is_reference(c)], args.pace, deploy_ledger=args.deploy_ledger)
     by_name = {spec.name: spec for spec in builtin}
@@ -135,6 +145,15 @@ def chosen_agents(args: argparse.Namespace, remotes: bool) -> list[Agent]:
     if twice:
         raise AgentLoadError(f"--agent: two agents are named {', '.join(twice)}; each agent needs a name of its own")
     return agents
+
+
+def grpc_port(number: int, http_ports: set[int]) -> int:
+    """One agent's gRPC port, counted from --grpc-port: within the ports there are, and none the HTTP servers take."""
+    if number > 65535:
+        raise CannotStart(f"--grpc-port: one port per agent from it on passes 65535 ({number})")
+    if number in http_ports:
+        raise CannotStart(f"--grpc-port: one port per agent from it on takes {number}, an HTTP port")
+    return number
 
 
 def kit_url(bind: str, port: int) -> str:
@@ -156,32 +175,45 @@ def installed_version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="a2a-bridge", description="An A2A 1.0 server for your agents and the three sample agents.")
+    root = CommandParser(prog="a2a-bridge", description="An A2A 1.0 server for your agents and the three sample agents.")
     root.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
-    commands = root.add_subparsers(dest="command", required=True)
+    commands = root.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     serve = commands.add_parser("serve", help="serve your agents, or test-runner, code-reviewer and deployer")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--store", default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://...")
-    serve.add_argument("--kit-ports", action="store_true", help="also serve each agent at the root of its kit port")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0 or :: for every interface)")
+    serve.add_argument("--port", type=port, default=8000, help="the HTTP port, for every agent under /{agent}/")
     serve.add_argument(
-        "--grpc-port", type=int, metavar="PORT",
+        "--store", type=store_setting, default="sqlite:///./a2a-bridge.db", help="memory, sqlite:///PATH or postgresql://..."
+    )
+    serve.add_argument(
+        "--kit-ports", action="store_true",
+        help=f"also serve each agent at the root of its kit port ({', '.join(f'{n} {p}' for n, p in KIT_PORTS.items())})",
+    )
+    serve.add_argument(
+        "--grpc-port", type=port, metavar="PORT",
         help="also serve every agent on gRPC, one port each from PORT on in the order served (0: any free port each);"
         " the cards list them",
     )
-    serve.add_argument("--pace", type=float, default=0.25, help="seconds the sample agents wait between steps")
-    serve.add_argument("--deploy-ledger", type=Path, help="file the deployer appends each rollout to")
-    serve.add_argument("--lease", type=float, default=300.0, help="seconds of a claim's lease, renewed while a turn runs")
-    serve.add_argument("--idle-lifespan", type=float, help="seconds an idle task waits for input before it is closed")
+    serve.add_argument(
+        "--pace", type=seconds_or_zero, default=0.25, metavar="SECONDS", help="seconds the sample agents wait between steps"
+    )
+    serve.add_argument("--deploy-ledger", type=writable_file, metavar="FILE", help="file the deployer appends each rollout to")
+    serve.add_argument(
+        "--lease", type=positive_seconds, default=300.0, metavar="SECONDS",
+        help="seconds of a claim's lease, renewed while a turn runs",
+    )
+    serve.add_argument(
+        "--idle-lifespan", type=positive_seconds, metavar="SECONDS",
+        help="seconds an idle task waits for input before it is closed (default: never)",
+    )
     serve.add_argument(
         "--operator-token",
-        help=f"bearer token of the operator principal (default ${ENV_OPERATOR_TOKEN}, else {DEMO_OPERATOR_TOKEN} unless"
+        help=f"bearer token of the operator principal (default: ${ENV_OPERATOR_TOKEN}, else {DEMO_OPERATOR_TOKEN} unless"
         " --require-auth)",
     )
     serve.add_argument("--config", type=Path, metavar="FILE", help="security configuration (TOML; docs/security.md)")
     serve.add_argument(
         "--allowed-host", action="append", default=[], type=allowed_host, metavar="HOST[:PORT]",
-        help="answer requests whose Host header names this host (repeatable; '*' any); default on loopback:"
+        help="answer requests whose Host header names this host (repeatable; '*' any); default: on loopback,"
         f" {', '.join(LOOPBACK_HOSTS)} at any port",
     )
     serve.add_argument(
@@ -206,11 +238,11 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--agent", action="append", dest="agents", metavar="NAME|MODULE:ATTRIBUTE",
-        help=f"serve this agent (repeatable): one of {', '.join(AGENT_NAMES)}, or your own, MODULE:ATTRIBUTE naming an"
+        help=f"serve this agent (repeatable): one of {', '.join(DOCUMENTED_AGENTS)}, or your own, MODULE:ATTRIBUTE naming an"
         " a2a_bridge.Agent or a function returning one, imported from the current directory (docs/your-agent.md);"
         " default: the three sample agents",
     )
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info", help="the least severe log lines shown")
     observability.register(serve)
     remote_config.add_options(serve)
     replay_command.register(commands)
@@ -227,15 +259,35 @@ async def serve(args: argparse.Namespace) -> None:
     )
     remotes: remote_config.RemoteConfig = args.remotes
     local: list[Agent] = args.served
+    check_port(args.host, args.port, "--port")
+    if args.kit_ports:
+        served = {*(agent.name for agent in local), *(name for name, _ in remotes.agents)}
+        for name, kit_port in KIT_PORTS.items():
+            if name in served:
+                check_port(args.host, kit_port, f"{name}'s kit port")
+    stores = Stores(args.store)
+    try:
+        await check_store(stores)
+    except CannotStart:
+        await stores.close()
+        raise
     bridge = Bridge(
         local + await remotes.specs([spec.name for spec in local]),
-        Stores(StoreConfig.parse(args.store)),
+        stores,
         SystemClock(),
         lambda: str(uuid.uuid4()),
         settings,
         security=args.security,
         grpc=None if args.grpc_port is None else GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}"),
     )
+    if args.grpc_port:
+        http_ports = {args.port, *(KIT_PORTS.values() if args.kit_ports else ())}
+        try:
+            for index, name in enumerate(bridge.agents):
+                check_port(args.host, grpc_port(args.grpc_port + index, http_ports), f"{name}'s gRPC port")
+        except CannotStart:
+            await stores.close()
+            raise
     app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()
     settle_allocator()
@@ -294,9 +346,9 @@ def main(argv: list[str] | None = None) -> None:
             args.security = security(args)
             args.remotes = remote_config.from_args(args)
             args.served = chosen_agents(args, bool(args.remotes.agents))
-        except (ConfigError, AgentLoadError) as e:
+            asyncio.run(serve(args))
+        except (ConfigError, AgentLoadError, CannotStart) as e:
             print(f"a2a-bridge serve: {e}", file=sys.stderr)
-            raise SystemExit(2) from e
-        asyncio.run(serve(args))
+            raise SystemExit(2) from None
     elif hasattr(args, "run"):
         raise SystemExit(args.run(args))

@@ -161,6 +161,15 @@ def may_use(record: TaskRecord, context: ServerCallContext, operators: bool) -> 
     return may_see(record.owner, record.responsible_user, context) or (operators and is_operator(context))
 
 
+CANCELED_TEXT = "Canceled at the client's request."
+OPERATOR_CANCELED_TEXT = "Canceled by the operator."
+
+
+def canceled_text(context: ServerCallContext | None) -> str:
+    """A cancel's status text: the operator's when an operator canceled in the owner's name, else the client's."""
+    return OPERATOR_CANCELED_TEXT if context is not None and context.state.get(REQUESTED_BY) else CANCELED_TEXT
+
+
 def requester(context: ServerCallContext) -> str:
     """Who asked: an operator acting in the owner's name (`REQUESTED_BY` in the context's state), else the caller."""
     return str(context.state.get(REQUESTED_BY) or context.user.user_name or ANONYMOUS)

@@ -1,5 +1,5 @@
-"""Logs and traces of `a2a-bridge serve`: the task a log line is about, JSON lines under `--log-json`, and OpenTelemetry
-under `--trace`.
+"""Logs and traces of `a2a-bridge serve`: the task a log line is about (in the plain text line, or as fields of the
+JSON line under `--log-json`), and OpenTelemetry under `--trace`.
 
 The task fields come from a context variable: `TaskHost` sets it around a turn, a cancel, a reconcile and a recovery
 (`about_task` … `left_task`), so every line logged while it works on a task (its own, the agent's, the SDK's, the
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 SDK_TRACING = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
 TRACE_FLAG = "--trace"
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(task)s %(message)s"
 TASK_FIELDS = ("task_id", "agent", "claim_generation")
 OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
@@ -86,6 +86,20 @@ class TaskFields(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """The plain text line: time, level, logger, `[agent=… task=… gen=…]` when the line is about a task, message."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        task_id = getattr(record, "task_id", None)
+        record.task = "" if task_id is None else (
+            f" [agent={getattr(record, 'agent', '')} task={task_id} gen={getattr(record, 'claim_generation', None)}]"
+        )
+        return super().format(record)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: timestamp, level, logger, message, the task fields when set, and any exception."""
 
@@ -111,7 +125,7 @@ def configure_logging(level: str, as_json: bool) -> None:
     """The root handler on stderr: JSON lines or the plain text format, with the task fields on either."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(TaskFields())
-    handler.setFormatter(JsonFormatter() if as_json else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.padding import Padding
+from a2a_bridge.arg_types import http_url, positive_count
 from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -34,6 +35,14 @@ class CommandError(Exception):
     """A failure to tell the operator in one line; the command exits 1."""
 
 
+class Refused(CommandError):
+    """The server answered with an error status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class Operator:
     """An HTTP client of one server, as the operator (or whoever the token names)."""
 
@@ -53,7 +62,7 @@ class Operator:
             raise CommandError(f"cannot reach {self.url}: {error}") from error
         if response.is_success:
             return dict(response.json())
-        raise CommandError(f"{method} {path}: {response.status_code} {error_message(response)}")
+        raise Refused(f"{method} {path}: {response.status_code} {error_message(response)}", response.status_code)
 
     def agent_of(self, task_id: str, agent: str | None) -> str:
         """The agent named on the command line, else the one the console API says runs the task."""
@@ -125,50 +134,69 @@ def describe(status: dict[str, Any]) -> list[str]:
     return lines
 
 
-def tasks_table(rows: list[dict[str, Any]]) -> Table:
-    """The tasks in the three views: A2A state; Task Status phase and notifications; claim state, generation, lease."""
-    table = Table(title="tasks, newest first", title_justify="left")
-    table.add_column("task", no_wrap=True)
-    table.add_column("agent", no_wrap=True)
-    table.add_column("A2A state", no_wrap=True)
-    table.add_column("phase")
-    table.add_column("notifications")
-    table.add_column("claim", no_wrap=True)
-    table.add_column("gen", justify="right")
-    table.add_column("lease until")
-    table.add_column("actions")
+def task_details(row: dict[str, Any]) -> str:
+    """A task's second line: Task Status phase and notifications; claim state, generation and lease; the actions."""
+    status, claim = row["status"], row["claim"]
+    phase = status["phase"] + (f" ({status['terminal_reason']})" if status.get("terminal_reason") else "")
+    pending = claim["cancellation_requested"] and claim["state"] != "cancelled"
+    parts = [f"phase {phase}"]
+    waiting = [n["kind"] + (f":{n['provider']}" if n.get("provider") else "") for n in status["notifications"]]
+    if waiting:
+        parts.append("waiting for " + ", ".join(waiting))
+    parts.append(f"claim {claim['state']}{' (cancel requested)' if pending else ''} gen {claim['claim_generation']}")
+    if claim["lease_until"]:
+        parts.append(f"lease until {clock_time(claim['lease_until'])}")
+    if row["actions"]:
+        parts.append("actions: " + ", ".join(row["actions"]))
+    return " · ".join(parts)
+
+
+def print_tasks(rows: list[dict[str, Any]], out: Console) -> None:
+    """The tasks in the three views, two lines each so that 80 columns hold them: the full id, agent and A2A state,
+    then (indented, wrapped to the terminal) the Task Status phase and notifications, the claim state, generation and
+    lease, and what the operator may do."""
+    id_width = max(len(row["id"]) for row in rows)
+    agent_width = max(len("agent"), *(len(row["agent"]) for row in rows))
+    out.print("tasks, newest first")
+    out.print(f"[bold]{'task'.ljust(id_width)}  {'agent'.ljust(agent_width)}  A2A state[/]")
     for row in rows:
-        status, claim = row["status"], row["claim"]
-        phase = status["phase"] + (f" ({status['terminal_reason']})" if status.get("terminal_reason") else "")
-        pending = claim["cancellation_requested"] and claim["state"] != "cancelled"
-        claim_state = claim["state"] + (" (cancel requested)" if pending else "")
-        table.add_row(
-            row["id"],
-            row["agent"],
-            styled_state(row["state"]),
-            escape(phase),
-            escape(", ".join(n["kind"] + (f":{n['provider']}" if n.get("provider") else "") for n in status["notifications"])),
-            escape(claim_state),
-            str(claim["claim_generation"]),
-            clock_time(claim["lease_until"]),
-            escape(" ".join(row["actions"])),
-        )
-    return table
+        task, agent = escape(row["id"].ljust(id_width)), escape(row["agent"].ljust(agent_width))
+        out.print(f"{task}  {agent}  {styled_state(row['state'])}")
+        out.print(Padding(escape(task_details(row)), (0, 0, 0, 4), expand=False))
 
 
 def run_tasks(args: argparse.Namespace, operator: Operator, out: Console) -> None:
     rows = operator.request("GET", "/console/api/tasks", params={"limit": args.limit})["tasks"]
-    if not rows:
+    if args.json:
+        out.out(json.dumps({"tasks": rows}, indent=2, sort_keys=True), highlight=False)
+    elif not rows:
         out.print("no tasks")
-        return
-    out.print(tasks_table(rows))
+    else:
+        print_tasks(rows, out)
+
+
+def status_source(args: argparse.Namespace, operator: Operator) -> tuple[str, dict[str, Any]]:
+    """Where to read the task's status, and the status read there: the console API, which answers the operator for
+    any task (`--agent` must then name the task's agent); for a token the console refuses (401, 403), with
+    `--agent`, the agent's own endpoint, which answers the task's owner and responsible user."""
+    console = f"/console/api/tasks/{args.task}/status"
+    try:
+        status = operator.request("GET", console)
+    except Refused as refused:
+        if args.agent is None or refused.status not in (401, 403):
+            raise
+        path = f"/{args.agent}/tasks/{args.task}/status"
+        return path, operator.request("GET", path)
+    if args.agent is not None and status["agent"] != args.agent:
+        raise CommandError(f"{args.task} is a task of {status['agent']}, not of {args.agent}")
+    return console, status
 
 
 def run_status(args: argparse.Namespace, operator: Operator, out: Console) -> None:
-    """The console API's view of any task for the operator; with --agent, the agent's own (the task's owner's)."""
-    path = f"/{args.agent}/tasks/{args.task}/status" if args.agent else f"/console/api/tasks/{args.task}/status"
+    """A task's Task Status for people: for the operator from the console API, for the task's owner (`--agent`) from
+    the agent; with --watch, followed on its status stream."""
+    path, status = status_source(args, operator)
     if not args.watch:
-        status = operator.request("GET", path)
         out.print(f"[bold]{escape(args.task)}[/] ({escape(status['agent'])}, for {escape(status['responsible_user'])})")
         for line in describe(status):
             out.print(line)
@@ -221,7 +249,7 @@ def run_cancel(args: argparse.Namespace, operator: Operator, out: Console) -> No
 def command(args: argparse.Namespace) -> int:
     """Run one operator command; 0 on success, 1 when the server refused or could not be reached."""
     out = Console(highlight=False)
-    operator = Operator(args.url, args.token)
+    operator = Operator(args.url, args.token or os.environ.get(TOKEN_ENV) or DEMO_OPERATOR_TOKEN)
     try:
         args.action(args, operator, out)
     except CommandError as error:
@@ -242,21 +270,28 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         if task:
             sub.add_argument("task", metavar="TASK", help="the task id")
             sub.add_argument("--agent", help="the task's agent (default: asked of the console API)")
-        sub.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
+        sub.add_argument("--url", type=http_url, default=DEFAULT_URL, help="the server")
         sub.add_argument(
-            "--token", default=os.environ.get(TOKEN_ENV, DEMO_OPERATOR_TOKEN),
-            help=f"bearer token (default ${TOKEN_ENV}, else the demo operator token {DEMO_OPERATOR_TOKEN})",
+            "--token", help=f"bearer token (default: ${TOKEN_ENV}, else the demo operator token {DEMO_OPERATOR_TOKEN})",
         )
         sub.set_defaults(run=command, action=action, log_level="warning")
         return sub
 
     tasks = add("tasks", "a table of tasks across agents: A2A state, Task Status, claim", run_tasks, task=False)
-    tasks.add_argument("--limit", type=int, default=50, help="at most this many tasks, newest first (default 50)")
+    tasks.add_argument("--limit", type=positive_count, default=50, help="at most this many tasks, newest first")
+    tasks.add_argument(
+        "--json", action="store_true",
+        help="print one JSON document, {\"tasks\": [...]}, each task as the console API gives it",
+    )
     status = add("status", "a task's Task Status object, for people (with --agent, from the agent as the task's owner)", run_status)
     status.add_argument("--watch", action="store_true", help="follow the status stream until the task ends")
     add("approve", "approve a deploy waiting for an operator", run_approve)
     reconcile = add("reconcile", "report the outcome of a task in needs_reconciliation", run_reconcile)
-    reconcile.add_argument("--outcome", required=True, choices=OUTCOMES)
+    reconcile.add_argument(
+        "--outcome", required=True, choices=OUTCOMES,
+        help="what became of the work: completed (it finished), cancelled (it stopped), continue (it stopped; the task"
+        " runs on in a new claim generation) or uncertain (it stays in needs_reconciliation)",
+    )
     reconcile.add_argument(
         "--evidence", required=True, nargs="+", action="extend", type=evidence_pair, metavar="KEY=VALUE",
         help="what shows the outcome (at least one)",

@@ -6,6 +6,7 @@ its decisions in the shape of the kit's `19-planner.log`."""
 import argparse
 import asyncio
 import re
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ from a2a.types import (
     Task,
     TaskState,
 )
+from a2a.client.errors import AgentCardResolutionError
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
+from a2a_bridge.arg_types import http_url, positive_seconds
 from a2a_bridge.delegation import ON_BEHALF_OF
 from a2a_bridge.kit import KIT_PORTS
 
@@ -67,6 +70,10 @@ DIFF = (
     "+        return charge\n"
 )
 """The change the planner has reviewed: a new branch without a test, which the reviewer reports as one low finding."""
+
+
+class NoCard(Exception):
+    """An agent's card could not be read, so the planner cannot start."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,10 @@ class Planner:
     message of each delegation names it, so that each task is that person's (docs/security.md, "Delegation")."""
 
     async def read_card(self, base: str) -> Agent:
-        card = await A2ACardResolver(self.http, base).get_agent_card()
+        try:
+            card = await A2ACardResolver(self.http, base).get_agent_card()
+        except AgentCardResolutionError as error:
+            raise NoCard(first_line(error)) from None
         blocking = ClientFactory(ClientConfig(streaming=False, httpx_client=self.http)).create(card, self.interceptors)
         streaming = ClientFactory(ClientConfig(streaming=True, httpx_client=self.http)).create(card, self.interceptors)
         agent = Agent(card, blocking, streaming)
@@ -351,7 +361,8 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     """Add `plan` to the a2a-bridge command."""
     command = commands.add_parser("plan", help="run the kit's planner against the three agents and print its log")
     command.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the bridge; cards at URL/{agent}/.well-known/agent-card.json"
+        "--url", type=http_url, default="http://127.0.0.1:8000",
+        help="the bridge; cards at URL/{agent}/.well-known/agent-card.json",
     )
     command.add_argument("--kit-host", metavar="HOST", help="read the cards at the root of each kit port on HOST")
     command.add_argument("--token", metavar="DEPLOYER_TOKEN", help="bearer token for agents whose card asks for one")
@@ -366,11 +377,16 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     command.add_argument("--operator-token", metavar="T", help="bearer token sent with --approve's approval request")
     command.add_argument("--approve", action="store_true", help="as a demo, approve the deploy as the operator")
     command.add_argument(
-        "--approval-timeout", type=float, default=300.0, metavar="SECONDS", help="how long to wait for an approval"
+        "--approval-timeout", type=positive_seconds, default=300.0, metavar="SECONDS",
+        help="how long to wait for an approval",
     )
     command.set_defaults(run=main, log_level="warning")
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `a2a-bridge plan`; 0 when every delegated task completed."""
-    return 0 if asyncio.run(plan(args, lambda line: print(line, flush=True))) else 1
+    """Run `a2a-bridge plan`; 0 when every delegated task completed, 1 when one did not, 2 when a card is unreadable."""
+    try:
+        return 0 if asyncio.run(plan(args, lambda line: print(line, flush=True))) else 1
+    except NoCard as error:
+        print(f"a2a-bridge plan: {error}", file=sys.stderr)
+        return 2

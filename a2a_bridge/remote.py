@@ -45,6 +45,7 @@ from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
+from a2a_bridge.live_tasks import canceled_text
 from a2a_bridge.states import UnknownStateError, is_interrupted, is_terminal, row_for
 
 REMOTE_EXTENSION = "urn:a2a-bridge:ext:remote:v1"
@@ -452,7 +453,8 @@ class RemoteAgent(AgentExecutor):
             detail = "it reported a task state the bridge does not know"
         await mirror.end(
             TaskState.TASK_STATE_CANCELED,
-            f"Canceled at the client's request; the remote agent {self.name} did not confirm the cancel: {detail}.",
+            f"{canceled_text(context.call_context).removesuffix('.')}; the remote agent {self.name} did not confirm the"
+            f" cancel: {detail}.",
         )
 
     async def _cancel_remote(self, client: Client, link: RemoteLink) -> Task:

@@ -17,7 +17,8 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 
 from a2a_bridge.agent import NAME
 from a2a_bridge.app import AgentSpec
-from a2a_bridge.config import ENV_CONFIG
+from a2a_bridge.arg_types import positive_seconds
+from a2a_bridge.config import ENV_CONFIG, ConfigError
 from a2a_bridge.remote import (
     DEFAULT_TIMEOUT,
     MAX_REMOTES,
@@ -83,14 +84,6 @@ def remote_arg(text: str) -> tuple[str, str]:
     return name, url
 
 
-def positive(text: str) -> float:
-    """A positive number of seconds."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("expected a positive number of seconds")
-    return value
-
-
 def add_options(serve: argparse.ArgumentParser) -> None:
     """`--remote NAME=URL` (repeatable) and `--remote-timeout SECONDS` on `a2a-bridge serve`."""
     serve.add_argument(
@@ -98,8 +91,8 @@ def add_options(serve: argparse.ArgumentParser) -> None:
         help="front the remote A2A agent at URL (its base or card URL) under /NAME/ (repeatable)",
     )
     serve.add_argument(
-        "--remote-timeout", type=positive, metavar="SECONDS",
-        help=f"seconds a remote agent may take to answer a call and to recover from failing ones ({DEFAULT_TIMEOUT:g})",
+        "--remote-timeout", type=positive_seconds, metavar="SECONDS",
+        help=f"seconds a remote agent may take to answer a call and to recover from failing ones (default: {DEFAULT_TIMEOUT:g})",
     )
 
 
@@ -115,14 +108,14 @@ class RemoteConfig:
         names = [name for name, _ in self.agents]
         clash = sorted({name for name in names if names.count(name) > 1} | (set(names) & set(taken)))
         if clash:
-            raise SystemExit(f"a2a-bridge serve: a remote agent's name is already served: {', '.join(clash)}")
+            raise ConfigError(f"a remote agent's name is already served: {', '.join(clash)}")
         specs = []
         for name, url in self.agents:
             try:
                 card = await fetch_card(name, url, self.timeout)
             except RemoteFailure as failure:
-                raise SystemExit(
-                    f"a2a-bridge serve: no card from the remote agent {name} at {url}: {failure.detail}"
+                raise ConfigError(
+                    f"no card from the remote agent {name} at {url}: {failure.detail}"
                 ) from None
             specs.append(AgentSpec(name, front_card(card), RemoteAgent(name, card, url, self.timeout)))
         return specs
@@ -140,23 +133,23 @@ def from_args(args: argparse.Namespace) -> RemoteConfig:
 
 def file_remotes(path: Path) -> tuple[list[tuple[str, str]], float | None]:
     """The `[remote]` table of a configuration file: `timeout` (seconds) and `agents` (`NAME = "URL"`)."""
-    where = f"a2a-bridge serve: {path} [remote]"
+    where = f"{path} [remote]"
     try:
         table = tomllib.loads(path.read_text(encoding="utf-8")).get("remote", {})
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        raise SystemExit(f"a2a-bridge serve: {path} cannot be read as TOML") from None
+        raise ConfigError(f"{path} cannot be read as TOML") from None
     if not isinstance(table, dict) or set(table) - {"timeout", "agents"}:
-        raise SystemExit(f"{where}: takes timeout and agents only")
+        raise ConfigError(f"{where}: takes timeout and agents only")
     timeout = table.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-        raise SystemExit(f"{where}: timeout must be a positive number of seconds")
+        raise ConfigError(f"{where}: timeout must be a positive number of seconds")
     agents = table.get("agents", {})
     if not isinstance(agents, dict) or len(agents) > MAX_REMOTES:
-        raise SystemExit(f"{where}: agents must be a table of NAME = \"URL\" (at most {MAX_REMOTES})")
+        raise ConfigError(f"{where}: agents must be a table of NAME = \"URL\" (at most {MAX_REMOTES})")
     try:
         remotes = [remote_arg(f"{name}={url}") for name, url in agents.items() if isinstance(url, str)]
     except argparse.ArgumentTypeError as e:
-        raise SystemExit(f"{where}: {e}") from None
+        raise ConfigError(f"{where}: {e}") from None
     if len(remotes) != len(agents):
-        raise SystemExit(f"{where}: each agent's URL must be a string")
+        raise ConfigError(f"{where}: each agent's URL must be a string")
     return remotes, float(timeout) if timeout is not None else None

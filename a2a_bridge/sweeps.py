@@ -10,11 +10,10 @@ from google.protobuf.json_format import ParseDict
 
 from a2a_bridge import claims, errors
 from a2a_bridge.auth import owner_context
-from a2a_bridge.cancels import CANCELED_TEXT
 from a2a_bridge.claims import Op
 from a2a_bridge.host_env import HostEnv
 from a2a_bridge.ledger import TaskRecord
-from a2a_bridge.live_tasks import TaskTable, agent_status, status_event_for
+from a2a_bridge.live_tasks import CANCELED_TEXT, TaskTable, agent_status, status_event_for
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.task_writer import TaskWriter

@@ -21,6 +21,7 @@ from a2a.types import (
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.json_format import ParseDict
 
+from a2a_bridge.live_tasks import canceled_text
 
 Pause = Callable[[float], Awaitable[None]]
 
@@ -109,6 +110,4 @@ class KitAgent(AgentExecutor):
             await self.pause(self.pace * factor)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        await self.emitter(event_queue, context).status(
-            TaskState.TASK_STATE_CANCELED, "Canceled at the client's request."
-        )
+        await self.emitter(event_queue, context).status(TaskState.TASK_STATE_CANCELED, canceled_text(context.call_context))

@@ -12,7 +12,9 @@ from a2a_bridge.agents import bench, code_reviewer, conformance, deployer, test_
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
 DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"
 SAMPLE_AGENTS = ("test-runner", "code-reviewer", "deployer")
-AGENT_NAMES = (*SAMPLE_AGENTS, *conformance.VARIANTS, "bench")
+DOCUMENTED_AGENTS = (*SAMPLE_AGENTS, *conformance.VARIANTS)
+"""The agents `--agent` offers; it also takes `bench`, the benchmark's trivial agent, which its help does not list."""
+AGENT_NAMES = (*DOCUMENTED_AGENTS, "bench")
 
 
 def ledger_writer(path: Path | None) -> Callable[[str, str], None]:

@@ -87,5 +87,6 @@ class RichReporter:
             self.console.print(f"  [red]failed[/] {escape(result.name)}")
 
     def error(self, message: str) -> None:
+        """A usage error: one line on stderr."""
         self.progress.stop()
-        self.console.print(f"[bold red]error:[/] {escape(message)}")
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from a2a_bridge.arg_types import folder
 from a2a_bridge.capture.driver import capture_server
 from a2a_bridge.capture.scenarios import SCENARIOS, record
 
@@ -71,7 +72,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     command = commands.add_parser("capture", help="record every scenario against our own server as .http transcripts")
     command.add_argument("--check", action="store_true", help="capture again into a temporary folder and compare")
     command.add_argument(
-        "--out", type=Path,
+        "--out", type=folder,
         help="where to write the transcripts (default capture/out in a checkout, else ./capture-out); with --check,"
         " the transcripts to compare with (default the recorded ones: capture/out, or the copy the package ships)",
     )

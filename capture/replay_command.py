@@ -3,6 +3,7 @@
 import argparse
 from pathlib import Path
 
+from a2a_bridge.arg_types import positive_seconds, writable_file
 from a2a_bridge.capture import allowances
 from a2a_bridge.capture.allowances import AllowError
 from a2a_bridge.capture.console import RichReporter
@@ -13,7 +14,7 @@ from a2a_bridge.capture.replay import DEADLINE, UsageError, parse_maps, replay
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add `replay` to the a2a-bridge command."""
     command = commands.add_parser("replay", help="replay .http transcripts against live servers and compare")
-    command.add_argument("files", nargs="+", type=Path, metavar="FILE.http")
+    command.add_argument("files", nargs="+", type=Path, metavar="FILE.http", help="the transcripts to replay")
     command.add_argument(
         "--map", action="append", default=[], metavar="HOST:PORT=BASE_URL",
         help="send blocks whose Host is HOST:PORT to BASE_URL (repeat for each host)",
@@ -22,8 +23,13 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "--allow", type=allowances.allow_file, action="append", default=[], metavar="FILE|NAME",
         help="TOML file of documented differences, or the name of one the bridge ships: bridge, rerun (repeatable)",
     )
-    command.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
-    command.add_argument("--deadline", type=float, default=DEADLINE, help="seconds to wait for events, progress and webhooks")
+    command.add_argument(
+        "--junit", type=writable_file, metavar="FILE", help="write JUnit XML here (its folder must exist and be writable)"
+    )
+    command.add_argument(
+        "--deadline", type=positive_seconds, default=DEADLINE, metavar="SECONDS",
+        help="seconds to wait for events, progress and webhooks",
+    )
     command.set_defaults(run=main, log_level="warning")
 
 

@@ -117,7 +117,7 @@ def test_a_running_task_is_canceled_with_a_click(live_run: dict[str, dict[str, A
     step = live_run["cancel"]
     assert step["states"][0] in ("SUBMITTED", "WORKING") and step["states"][-1] == "CANCELED", step["states"]
     assert step["claim"] == "cancelled"
-    assert step["message"] == "Canceled at the client's request."
+    assert step["message"] == "Canceled by the operator."
     assert step["actions"] == []
     assert step["sameDocument"] is True
 

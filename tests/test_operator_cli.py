@@ -20,9 +20,11 @@ from tests.claim_support import (
     UNIT_TESTS,
     claim_view,
     crash_mid_rollout,
+    get_task,
     rollouts,
     start,
     start_deploys,
+    status_text,
     wait_state,
 )
 from tests.support import DEPLOYER_TOKEN, ServerProcess, user_message
@@ -32,20 +34,24 @@ PLAIN = {
     "COLUMNS": "220",
     "PYTHONIOENCODING": "utf-8",
 }
-"""The commands' environment: Rich's plain output (no colour codes), wide enough for a whole row of `tasks`."""
+"""The commands' environment: Rich's plain output (no colour codes), wide enough that no line wraps (`cli` sets
+`COLUMNS` per command)."""
 
 
-def cli(server: ServerProcess, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    """One `a2a-bridge` command against the server (the demo operator token unless `token` is given)."""
+def cli(
+    server: ServerProcess, *args: str, token: str | None = None, columns: int = 220
+) -> subprocess.CompletedProcess[str]:
+    """One `a2a-bridge` command against the server (the demo operator token unless `token` is given), its output
+    piped, as wide as `columns`."""
     extra = ["--token", token] if token is not None else []
     return subprocess.run(
         [sys.executable, "-m", "a2a_bridge", *args, "--url", server.url, *extra],
-        capture_output=True, text=True, timeout=60, env=PLAIN,
+        capture_output=True, text=True, timeout=60, env={**PLAIN, "COLUMNS": str(columns)},
     )
 
 
-def ok(server: ServerProcess, *args: str, token: str | None = None) -> str:
-    done = cli(server, *args, token=token)
+def ok(server: ServerProcess, *args: str, token: str | None = None, columns: int = 220) -> str:
+    done = cli(server, *args, token=token, columns=columns)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -62,14 +68,25 @@ def test_tasks_shows_the_three_views_of_each_task(bridge: ServerProcess) -> None
     [deploy] = start_deploys(bridge, "cli-tasks", 1)
     finished = start(bridge, "test-runner", user_message(UNIT_TESTS, "cli-tasks-unit"))["id"]
     wait_state(bridge, "test-runner", finished, "TASK_STATE_COMPLETED")
-    out = ok(bridge, "tasks")
-    lines = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]] for line in out.splitlines() if line.count("│") > 5}
-    assert lines[deploy] == ["deployer", "AUTH_REQUIRED", "processing", "", "awaiting_reply", "1", "", "approve cancel"]
-    assert lines[finished] == ["test-runner", "COMPLETED", "terminal (completed)", "", "completed", "1", "", ""]
-    assert list(lines).index(finished) < list(lines).index(deploy), "newest first"
-    header = out.splitlines()[2]
-    for column in ("task", "agent", "A2A state", "phase", "notifications", "claim", "gen", "lease until", "actions"):
-        assert column in header
+    out = ok(bridge, "tasks", columns=80)
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    assert lines[:2] == ["tasks, newest first", f"{'task':38}{'agent':13}A2A state"]
+    rows = {line.split()[0]: (line.split()[1:], lines[n + 1]) for n, line in enumerate(lines[2:], 2) if not line.startswith(" ")}
+    assert rows[deploy] == (
+        ["deployer", "AUTH_REQUIRED"], "    phase processing · claim awaiting_reply gen 1 · actions: approve, cancel"
+    )
+    assert rows[finished] == (["test-runner", "COMPLETED"], "    phase terminal (completed) · claim completed gen 1")
+    assert list(rows).index(finished) < list(rows).index(deploy), "newest first"
+
+
+def test_tasks_json_is_one_document_of_the_console_rows(bridge: ServerProcess) -> None:
+    [deploy] = start_deploys(bridge, "cli-json", 1)
+    document = json.loads(ok(bridge, "tasks", "--json", "--limit", "200", columns=80))
+    [row] = [row for row in document["tasks"] if row["id"] == deploy]
+    assert set(row) == {"id", "agent", "created_at", "state", "message", "status", "claim", "actions"}
+    assert (row["agent"], row["state"], row["actions"]) == ("deployer", "TASK_STATE_AUTH_REQUIRED", ["approve", "cancel"])
+    assert row["claim"]["state"] == "awaiting_reply" and row["status"]["phase"] == "processing"
 
 
 def test_status_renders_the_status_object(bridge: ServerProcess) -> None:
@@ -79,8 +96,12 @@ def test_status_renders_the_status_object(bridge: ServerProcess) -> None:
     assert out.splitlines()[1].startswith("revision ") and out.splitlines()[1].endswith(": processing")
     as_owner = ok(bridge, "status", deploy, "--agent", "deployer", token=DEPLOYER_TOKEN)
     assert as_owner == out
-    not_owner = cli(bridge, "status", deploy, "--agent", "deployer")
-    assert not_owner.returncode == 1 and "404 Task not found" in not_owner.stderr
+    assert ok(bridge, "status", deploy, "--agent", "deployer") == out, "the operator reads any agent's task"
+    wrong_agent = cli(bridge, "status", deploy, "--agent", "test-runner")
+    assert wrong_agent.returncode == 1
+    assert wrong_agent.stderr.strip() == f"error: {deploy} is a task of deployer, not of test-runner"
+    stranger = cli(bridge, "status", deploy, "--agent", "deployer", token="not-a-token")
+    assert stranger.returncode == 1 and f"GET /deployer/tasks/{deploy}/status: 401 " in stranger.stderr
 
 
 def test_status_watch_follows_a_deploy_that_approve_resumes(bridge: ServerProcess) -> None:
@@ -105,6 +126,7 @@ def test_cancel_stops_any_callers_task_in_the_operators_name(bridge: ServerProce
     task_id = start(bridge, "test-runner", user_message(FULL_SUITE, "cli-cancel"))["id"]
     wait_state(bridge, "test-runner", task_id, "TASK_STATE_WORKING")
     assert ok(bridge, "cancel", task_id).strip() == f"canceled {task_id} (test-runner)"
+    assert status_text(get_task(bridge, "test-runner", task_id)) == "Canceled by the operator."
     events = claim_view(bridge, "test-runner", task_id)["events"]
     assert {"operation": "request_cancel", "evidence": {"requested_by": "operator"}}.items() <= next(
         e for e in events if e["operation"] == "request_cancel"

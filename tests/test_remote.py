@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from a2a_bridge.config import ConfigError
 from a2a_bridge.remote import REMOTE_EXTENSION, forwarded_id
 from a2a_bridge.remote_config import file_remotes, front_card, remote_arg
 from a2a_bridge.task_status import WHO_MUST_ACT
@@ -358,7 +359,7 @@ def test_the_configuration_file_names_remote_agents(tmp_path: Path, remote_bridg
     finally:
         front.stop()
     config.write_text('[remote]\nagents = { "Bad Name" = "http://127.0.0.1:9" }\n')
-    with pytest.raises(SystemExit, match=r"\[remote\]: expected NAME=URL"):
+    with pytest.raises(ConfigError, match=r"\[remote\]: expected NAME=URL"):
         file_remotes(config)
 
 

@@ -156,7 +156,7 @@ def test_a_host_without_a_mapping_is_explained(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--map localhost:41241="):
         replay([wrong], {})
     done = run_cli(str(wrong))
-    assert done.returncode == 2 and "no --map for localhost:41241" in done.stdout
+    assert done.returncode == 2 and "no --map for localhost:41241" in done.stderr
     with pytest.raises(UsageError):
         parse_maps(["localhost:41241"])
 

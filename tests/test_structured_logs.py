@@ -78,6 +78,29 @@ def test_every_line_is_json_and_task_lines_name_their_task(tmp_path: Path) -> No
     assert any("Application startup complete" in line["message"] for line in untied)
 
 
+def test_plain_text_lines_about_a_task_name_it(tmp_path: Path) -> None:
+    stderr = tmp_path / "stderr.log"
+    server = CapturedServer(f"sqlite:///{tmp_path / 'b.db'}", stderr, tmp_path / "stdout.log", ["--log-level", "info"])
+    server.start()
+    try:
+        reply = rpc(server.agent("test-runner"), "SendMessage", {"message": user_message(UNIT_TESTS, "plain-unit")})
+        tested = reply["result"]["task"]["id"]
+        [deployed] = start_deploys(server, "plain-deploy", 1)
+        canceled = httpx.post(f"{server.agent('deployer')}/tasks/{deployed}/cancel", headers=OPERATOR, timeout=30)
+        assert canceled.json()["state"] == "TASK_STATE_CANCELED"
+    finally:
+        server.stop()
+
+    lines = stderr.read_text().splitlines()
+    tagged = {
+        task_id: [line.split("] ", 1)[1] for line in lines if f"[agent={agent} task={task_id} gen=1]" in line]
+        for agent, task_id in (("test-runner", tested), ("deployer", deployed))
+    }
+    assert tagged[tested] == ["turn started", "turn ended"], lines
+    assert tagged[deployed][:2] == ["turn started", "turn ended"] and "cancel requested" in tagged[deployed], lines
+    assert any(line.endswith(" a2a_bridge.tasks [agent=test-runner task=" + tested + " gen=1] turn started") for line in lines)
+
+
 def spans(stdout: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.read_text().splitlines() if line.startswith("{")]
 
