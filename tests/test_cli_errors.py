@@ -44,7 +44,7 @@ def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
         (["serve", "--lease", "nan"], "argument --lease: expected a number of seconds, got 'nan'"),
         (["serve", "--remote-timeout", "0"], "argument --remote-timeout: expected a positive number of seconds"),
         (["serve", "--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
-        (["serve", "--agent", "nobody"], "argument --agent: unknown agent 'nobody'"),
+        (["serve", "--agent", "nobody"], "--agent nobody: expected one of test-runner, code-reviewer, deployer"),
         (["serve", "--store", "memory", "--limit", "max_parts=0"], "max_parts must be a positive integer"),
         (["tasks", "--limit", "0"], "argument --limit: expected a whole number from 1, got 0"),
         (["plan", "--approval-timeout", "-1"], "argument --approval-timeout: expected a positive number of seconds"),

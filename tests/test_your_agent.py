@@ -20,7 +20,7 @@ from a2a_bridge import Agent, open_window, resume_signal
 from a2a_bridge.agent_loading import AgentLoadError
 from a2a_bridge.cli import chosen_agents, parser
 from a2a_bridge.task_status import WHO_MUST_ACT
-from a2a_bridge.agents.catalog import AGENT_NAMES
+from a2a_bridge.agents.catalog import DOCUMENTED_AGENTS
 from tests.claim_support import RECONCILE_TEXT, claim_view, operations, reconcile, start, status_text, stored_claim_view, wait_state
 from tests.support import A2A, CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, user_message, wait_for
 from tests.user_agents import RUNS, runs, steady
@@ -167,7 +167,7 @@ REFUSALS = [
     ("your_agent_values:wrong", "the factory returned a value of type str, not an a2a_bridge.Agent"),
     ("your_agent_values:needs_arguments", "a factory is called with no arguments, and this one needs some"),
     ("examples.sdk_executor:EchoExecutor", "an AgentExecutor, not an agent; serve a2a_bridge.Agent(name, card, executor) (docs/your-agent.md)"),
-    ("your_agent_values", f"expected one of {', '.join(AGENT_NAMES)}, or MODULE:ATTRIBUTE naming your agent"),
+    ("your_agent_values", f"expected one of {', '.join(DOCUMENTED_AGENTS)}, or MODULE:ATTRIBUTE naming your agent"),
     ("your_agent_values:", "expected MODULE:ATTRIBUTE, e.g. examples.hello_agent:agent"),
 ]
 
