@@ -231,6 +231,15 @@ class MeteredHandler(RequestHandler):
         self.inner = inner
         self.agent = agent
         self.metrics = metrics
+        self._counters: dict[tuple[str, str], Counter] = {}
+        """The request counter's child per (method, outcome): `labels()` costs about three times an increment."""
+
+    def _count(self, method: str, error: BaseException | None) -> None:
+        key = (method, outcome(error))
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.requests.labels(self.agent, *key)
+        counter.inc()
 
     async def _counted(self, method: str, call: Awaitable[Result]) -> Result:
         error: BaseException | None = None
@@ -240,7 +249,7 @@ class MeteredHandler(RequestHandler):
             error = raised
             raise
         finally:
-            self.metrics.requests.labels(self.agent, method, outcome(error)).inc()
+            self._count(method, error)
 
     async def _streamed(self, method: str, events: AsyncGenerator[Event]) -> AsyncGenerator[Event]:
         gauge = self.metrics.open_streams.labels(self.agent, method)
@@ -254,7 +263,7 @@ class MeteredHandler(RequestHandler):
             raise
         finally:
             gauge.dec()
-            self.metrics.requests.labels(self.agent, method, outcome(error)).inc()
+            self._count(method, error)
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         return await self._counted("GetTask", self.inner.on_get_task(params, context))
