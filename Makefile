@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP) ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000 (SQLite store ./a2a-bridge.db)
 	$(BIN)/a2a-bridge serve $(ARGS)
 
-test: $(STAMP) ## run the whole test suite
+test: $(STAMP) ## run the test suite (~11-15 min; skips what needs ../shared, PostgreSQL, Node or Chromium: `bash .ci/run` runs everything)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 tck: $(STAMP) ## the A2A TCK (../shared/a2a-tck, copied to .tck/ with its own venv) against the conformance agent on every binding (~3 min)

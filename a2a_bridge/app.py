@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_rest_routes
 from a2a.types import AgentCard, AgentInterface
@@ -34,6 +35,7 @@ from a2a_bridge.handler import BridgeRequestHandler
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
 from a2a_bridge.media_type import BindingMediaTypes
+from a2a_bridge.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
 from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
 from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
@@ -89,7 +91,8 @@ class ServedAgent:
 
     spec: AgentSpec
     host: TaskHost
-    handler: BridgeRequestHandler
+    handler: RequestHandler
+    """The agent's `BridgeRequestHandler`, metered (`metrics.MeteredHandler`): what every binding calls."""
     tokens: dict[str, Principal] = field(default_factory=dict)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     slots: StreamSlots = field(default_factory=lambda: StreamSlots(SecurityConfig().limits.max_streams))
@@ -191,7 +194,8 @@ class Bridge:
         self.started = False
         """True from the end of start-up (recovery done) to the start of shutdown: what /readyz reports."""
         self.clock = clock
-        self.ledger = stores.ledger()
+        self.metrics = Metrics()
+        self.ledger = stores.ledger(self.metrics.store_write)
         self.security = security or SecurityConfig()
         self.principals = {**self.security.principals, **(principals or {})}
         self.slots = StreamSlots(self.security.limits.max_streams)
@@ -207,10 +211,11 @@ class Bridge:
             policy = policies[spec.name]
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
-            push = PushDispatcher.over(self.webhooks[policy], push_store, policy) if push_enabled else None
+            webhook_outcome = self.metrics.webhook(spec.name)
+            push = PushDispatcher.over(self.webhooks[policy], push_store, policy, webhook_outcome) if push_enabled else None
             host = TaskHost(
                 spec.name,
-                spec.executor,
+                MeteredExecutor(spec.executor, spec.name, self.metrics),
                 task_store,
                 self.ledger,
                 push_store if push_enabled else None,
@@ -230,7 +235,7 @@ class Bridge:
             demo_tokens = {} if self.security.require_auth else spec.tokens or {}
             tokens = {**self.principals, **demo_tokens}
             self.agents[spec.name] = ServedAgent(
-                spec, host, handler, tokens, self.security, self.slots, direct_rpc, lambda: self.started_at,
+                spec, host, MeteredHandler(handler, spec.name, self.metrics), tokens, self.security, self.slots, direct_rpc, lambda: self.started_at,
                 agent_interfaces,
             )
         self.sessions = SessionKeeper(self.ledger, [agent.host for agent in self.agents.values()], clock)
@@ -268,6 +273,15 @@ class Bridge:
         if not self.sessions.ready:
             return "the database session is lost; taking no turns"
         return await self.stores.reachable()
+
+    async def scrape(self) -> Scrape:
+        """What /metrics reads from the server: stored tasks by state, this process's session, dead replicas."""
+        try:
+            tasks: dict[tuple[str, str], int] | None = await self.ledger.state_counts()
+        except Exception:  # noqa: BLE001 - the store is away: the task gauges go, the rest is still answered
+            tasks = None
+        replicas = {name: (len(a.host.replicas.dead), len(a.host.replicas.dying)) for name, a in self.agents.items()}
+        return Scrape(list(self.agents), tasks, self.sessions.session, replicas)
 
     async def _start_grpc(self, settings: GrpcSettings) -> None:
         """Every agent on a gRPC port of its own, with the callers, limits and handler of its JSON bindings."""
@@ -310,10 +324,13 @@ class Bridge:
                 return JSONResponse({"ready": False, "reason": problem}, status_code=503)
             return JSONResponse({"ready": True, "session": self.sessions.session})
 
+        tokens = {token: principal for agent in self.agents.values() for token, principal in agent.tokens.items()}
+        metrics = metrics_endpoint(self.metrics, self.scrape, tokens, self.security.require_auth)
         routes: list[BaseRoute] = [
             Route("/", index, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Mount("/console", app=console_app(self)),
         ]
         routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()]

@@ -6,12 +6,19 @@ principal that is not the operator); no path ever returns a token. The page keep
 every response carries a Content-Security-Policy that runs only the console's own script file (no inline script, no
 `javascript:` URL), and refuses framing, MIME sniffing and referrers. Its actions call the agents' own
 endpoints: `POST /deployer/approve/{id}`, `POST /{agent}/tasks/{id}/reconcile` and `POST /{agent}/tasks/{id}/cancel`.
+
+The task list (`/console/api/tasks`, and the feed `/console/api/stream`) is one page, newest first, filtered by `agent`
+and `state`; `next` is the cursor of the following page (`before=`). `q` searches task ids and context ids.
 """
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +35,8 @@ from a2a_bridge.auth import Principal, bearer_token, owner_context
 from a2a_bridge.bridge_routes import BridgeEndpoints, claim_fields, claim_view, not_found, problem
 from a2a_bridge.claims import AWAITING_REPLY, NEEDS_RECONCILIATION
 from a2a_bridge.clock import iso
-from a2a_bridge.ledger import Ledger, TaskRecord
-from a2a_bridge.states import is_terminal, state_name
+from a2a_bridge.ledger import Ledger, TaskQuery, TaskRecord
+from a2a_bridge.states import STATE_TABLE, is_terminal, state_name
 from a2a_bridge.task_host import TaskHost
 from a2a_bridge.task_status import action_requests, status_object
 from a2a_bridge.config import DEMO_OPERATOR_TOKEN
@@ -49,6 +56,18 @@ FEED_LIFETIME = 30.0
 stops, so a console left open delays a shutdown by at most this long."""
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
+SEARCH_SCAN = 2000
+"""Records one search request reads at most (newest first) looking for its text; `next` goes on from there."""
+SEARCH_BATCH = 200
+MAX_SEARCH = 200
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    '<rect width="32" height="32" rx="7" fill="#19202c"/>'
+    '<path d="M8 22 L13 10 L18 22 M10 18 H16" stroke="#54d68e" stroke-width="2.6" fill="none" stroke-linecap="round"/>'
+    '<path d="M20 12 H25 M22.5 12 V22" stroke="#dfe5ee" stroke-width="2.6" fill="none" stroke-linecap="round"/>'
+    "</svg>"
+)
+"""The console's icon, served as /console/favicon.svg: no file to fetch from anywhere else."""
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -69,6 +88,37 @@ def signature(record: TaskRecord) -> Signature:
     claim = record.claim
     lease = iso(claim.lease_until) if claim.lease_until else None
     return record.revision, claim.state, claim.claim_generation, lease, claim.cancellation_requested
+
+
+def cursor_of(last: tuple[datetime, str]) -> str:
+    """The opaque `next` of a page whose last record has this (created_at, task id)."""
+    created, task_id = last
+    return base64.urlsafe_b64encode(json.dumps([created.isoformat(), task_id]).encode()).decode()
+
+
+def key(record: TaskRecord) -> tuple[datetime, str]:
+    """Where a record stands in the listing's order (newest first, then by task id)."""
+    return record.created_at, record.task_id
+
+
+def parse_cursor(text: str) -> tuple[datetime, str] | None:
+    """A cursor `cursor_of` wrote, or None."""
+    try:
+        created, task_id = json.loads(base64.urlsafe_b64decode(text.encode("ascii")))
+        moment = datetime.fromisoformat(created)
+    except (ValueError, TypeError, UnicodeError, binascii.Error):
+        return None
+    if not isinstance(task_id, str) or moment.tzinfo is None:
+        return None
+    return moment, task_id
+
+
+def ended_as(task: Task) -> str | None:
+    """How a terminal task ended, by its A2A state (`canceled`, `failed`...): the Task Status' `terminal_reason`
+    maps several states to one reason (CANCELED to `completed`), so the console shows both."""
+    if not is_terminal(task.status.state):
+        return None
+    return state_name(task.status.state).removeprefix("TASK_STATE_").lower()
 
 
 def status_text(task: Task) -> str:
@@ -100,6 +150,7 @@ class Console:
                 Route("/api/tasks/{task_id}/status", self.status, methods=["GET"]),
                 Route("/api/tasks/{task_id}/status/stream", self.status_stream, methods=["GET"]),
                 Route("/api/stream", self.stream, methods=["GET"]),
+                Route("/favicon.svg", favicon, methods=["GET"]),
                 Mount("/", app=StaticFiles(directory=FILES, html=True)),
             ]
         ))
@@ -122,6 +173,24 @@ class Console:
         if not (text.isascii() and text.isdigit() and len(text) <= 3) or not 1 <= int(text) <= MAX_LIMIT:
             return problem(400, "INVALID_ARGUMENT", f"limit must be a whole number from 1 to {MAX_LIMIT}")
         return int(text)
+
+    def _query(self, request: Request) -> TaskQuery | Response:
+        """The listing's filters: `agent` (a served agent), `state` (an A2A state, with or without TASK_STATE_) and
+        `before` (the `next` of the page before)."""
+        params = request.query_params
+        agent = params.get("agent") or None
+        if agent is not None and agent not in self.hosts:
+            return problem(400, "INVALID_ARGUMENT", "agent must be one of the agents served here")
+        state = params.get("state") or None
+        if state is not None:
+            state = state if state.startswith("TASK_STATE_") else f"TASK_STATE_{state.upper()}"
+            if state not in STATE_TABLE:
+                return problem(400, "INVALID_ARGUMENT", "state must be an A2A task state such as WORKING or CANCELED")
+        before = params.get("before") or None
+        after = parse_cursor(before) if before is not None else None
+        if before is not None and after is None:
+            return problem(400, "INVALID_ARGUMENT", "before must be the next of an earlier page")
+        return TaskQuery(agent, state, after)
 
     def actions(self, task: Task, record: TaskRecord) -> list[str]:
         """What the operator may do now: approve a deploy waiting for approval, reconcile, cancel."""
@@ -152,7 +221,9 @@ class Console:
             "id": task.id,
             "agent": record.agent,
             "created_at": iso(record.created_at),
+            "context_id": task.context_id,
             "state": state_name(task.status.state),
+            "ended": ended_as(task),
             "message": status_text(task),
             "status": status_object(task, record)["status"],
             "claim": claim_fields(claim),
@@ -173,14 +244,47 @@ class Console:
         return JSONResponse({"agents": sorted(self.hosts), "demo": self.demo})
 
     async def tasks(self, request: Request) -> Response:
-        """The most recently created tasks across the agents, newest first."""
+        """One page of tasks across the agents, newest first, filtered by `agent` and `state`, and by `q` (text in
+        the task id or the context id); `next` names the following page (`before=`), null after the last."""
         refused = self._refused(request)
         if refused is not None:
             return refused
         limit = self._limit(request)
         if isinstance(limit, Response):
             return limit
-        return JSONResponse({"tasks": await self.rows(await self.ledger.recent(limit))})
+        query = self._query(request)
+        if isinstance(query, Response):
+            return query
+        text = request.query_params.get("q", "").strip()
+        if len(text) > MAX_SEARCH:
+            return problem(400, "INVALID_ARGUMENT", f"q must be at most {MAX_SEARCH} characters")
+        if text:
+            rows, next_page = await self._search(text, limit, query)
+        else:
+            records = await self.ledger.recent(limit + 1, query)
+            rows = await self.rows(records[:limit])
+            next_page = cursor_of(key(records[limit - 1])) if len(records) > limit else None
+        return JSONResponse({"tasks": rows, "next": next_page})
+
+    async def _search(self, text: str, limit: int, query: TaskQuery) -> tuple[list[dict[str, Any]], str | None]:
+        """The rows whose task id or context id holds `text`, reading at most SEARCH_SCAN records from the query's
+        cursor on; the cursor to go on from (past the last row, or past the last record read), None at the end."""
+        rows: list[dict[str, Any]] = []
+        scanned = 0
+        while scanned < SEARCH_SCAN:
+            batch = await self.ledger.recent(SEARCH_BATCH, query)
+            for record in batch:
+                scanned += 1
+                query = replace(query, after=key(record))
+                found = await self._found(record)
+                if found is not None and (text in found[0].id or text in found[0].context_id):
+                    rows.append(self.row(*found))
+                    if len(rows) == limit:
+                        more = await self.ledger.recent(1, query)
+                        return rows, cursor_of(key(record)) if more else None
+            if len(batch) < SEARCH_BATCH:
+                return rows, None
+        return rows, cursor_of(query.after) if query.after is not None else None
 
     async def task(self, request: Request) -> Response:
         """One task: its row, the A2A task (history, artifacts) and the claim view with its events and evidence."""
@@ -234,20 +338,30 @@ class Console:
         limit = self._limit(request)
         if isinstance(limit, Response):
             return limit
-        return StreamingResponse(self._frames(limit), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        query = self._query(request)
+        if isinstance(query, Response):
+            return query
+        frames = self._frames(limit, query)
+        return StreamingResponse(frames, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    async def _frames(self, limit: int) -> AsyncIterator[str]:
+    async def _frames(self, limit: int, query: TaskQuery = TaskQuery()) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         ends = loop.time() + FEED_LIFETIME
         sent: dict[str, Signature] | None = None
         quiet_since = loop.time()
         while loop.time() < ends:
             wake = self.ledger.changed()
-            records = await self.ledger.recent(limit)
+            held = await self.ledger.recent(limit + 1, query)
+            records = held[:limit]
             current = {record.task_id: signature(record) for record in records}
             changed = [record for record in records if sent is None or sent.get(record.task_id) != current[record.task_id]]
-            if sent is None or changed:
-                body = {"snapshot": sent is None, "tasks": await self.rows(changed)}
+            if sent is None or changed or current.keys() != sent.keys():
+                body = {
+                    "snapshot": sent is None,
+                    "tasks": await self.rows(changed),
+                    "ids": list(current),
+                    "next": cursor_of(key(records[-1])) if len(held) > limit else None,
+                }
                 yield f"event: tasks\ndata: {json.dumps(body)}\n\n"
                 quiet_since = loop.time()
             elif loop.time() - quiet_since >= KEEPALIVE:
@@ -272,6 +386,10 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+
+async def favicon(_request: Request) -> Response:
+    return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 def console_app(bridge: "Bridge") -> ASGIApp:

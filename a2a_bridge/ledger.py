@@ -3,6 +3,7 @@ sessions, replica requests and the event log; the ledger's contract (`Ledger`) a
 (SQLite, PostgreSQL) is `sql_ledger.SqlLedger`."""
 
 import asyncio
+import collections
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -103,6 +104,26 @@ class Request:
     requested_by: str
 
 
+@dataclass(frozen=True)
+class TaskQuery:
+    """Which records a listing holds (newest first): one agent's, one A2A state's, and only those after a cursor
+    (`after`: the created_at and task id of the last record of the page before)."""
+
+    agent: str | None = None
+    state: str | None = None
+    after: tuple[datetime, str] | None = None
+
+    def holds(self, record: TaskRecord) -> bool:
+        if self.agent is not None and record.agent != self.agent:
+            return False
+        if self.state is not None and record.state != self.state:
+            return False
+        if self.after is None:
+            return True
+        created, task_id = self.after
+        return record.created_at < created or (record.created_at == created and record.task_id > task_id)
+
+
 class Ledger(Protocol):
     shared: bool
     """True where several server processes may share the database (PostgreSQL)."""
@@ -115,7 +136,8 @@ class Ledger(Protocol):
     async def close(self) -> None: ...
     async def get(self, task_id: str) -> TaskRecord | None: ...
     async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None: ...
-    async def recent(self, limit: int) -> list[TaskRecord]: ...
+    async def recent(self, limit: int, query: TaskQuery = TaskQuery()) -> list[TaskRecord]: ...
+    async def state_counts(self) -> dict[tuple[str, str], int]: ...
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
         *, new: bool = False, log: Sequence[tuple[int, str]] = (),
@@ -247,9 +269,14 @@ class MemoryLedger:
         record = self._records.get(task_id)
         return record.copy() if record is not None else None
 
-    async def recent(self, limit: int) -> list[TaskRecord]:
-        newest = sorted(self._records.values(), key=lambda r: (-r.created_at.timestamp(), r.task_id))[:limit]
+    async def recent(self, limit: int, query: TaskQuery = TaskQuery()) -> list[TaskRecord]:
+        held = [r for r in self._records.values() if query.holds(r)]
+        newest = sorted(held, key=lambda r: (-r.created_at.timestamp(), r.task_id))[:limit]
         return [r.copy() for r in newest]
+
+    async def state_counts(self) -> dict[tuple[str, str], int]:
+        """How many tasks each (agent, A2A state) has."""
+        return dict(collections.Counter((r.agent, r.state) for r in self._records.values()))
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         current = self._records.get(record.task_id)

@@ -232,11 +232,14 @@ class WebhookSender(PushNotificationSender):
         store: PushNotificationConfigStore,
         policy: WebhookPolicy,
         failures: FailureLog | None = None,
+        observe: Callable[[str], None] | None = None,
     ) -> None:
+        """`observe` is called with each delivery's outcome: `delivered`, `refused` (the policy) or `failed`."""
         self.client = client
         self.store = store
         self.policy = policy
         self.failures = failures or FailureLog()
+        self.observe = observe
 
     async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
         try:
@@ -250,12 +253,16 @@ class WebhookSender(PushNotificationSender):
 
     async def _deliver(self, task_id: str, config: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
         reason = await self.policy.refusal(config.url)
+        result = "refused" if reason is not None else "failed"
         if reason is None:
             reason = await self._post(config, body)
         if reason is None:
+            result = "delivered"
             self.failures.delivered(task_id, config)
         else:
             self.failures.failed(task_id, config, reason)
+        if self.observe is not None:
+            self.observe(result)
 
     async def _post(self, config: TaskPushNotificationConfig, body: dict[str, Any]) -> str | None:
         """None once the receiver answered 2xx or 3xx; else why not."""
@@ -283,10 +290,15 @@ class PushDispatcher:
 
     @classmethod
     def over(
-        cls, client: httpx.AsyncClient, store: PushNotificationConfigStore, policy: WebhookPolicy | None = None
+        cls,
+        client: httpx.AsyncClient,
+        store: PushNotificationConfigStore,
+        policy: WebhookPolicy | None = None,
+        observe: Callable[[str], None] | None = None,
     ) -> "PushDispatcher":
-        """The bridge's `WebhookSender`, with the policy checking each URL again at delivery."""
-        return cls(WebhookSender(client, store, policy or WebhookPolicy()))
+        """The bridge's `WebhookSender`, with the policy checking each URL again at delivery; `observe` counts the
+        deliveries' outcomes."""
+        return cls(WebhookSender(client, store, policy or WebhookPolicy(), observe=observe))
 
     def notify(self, task_id: str, event: Update) -> None:
         queue = self._queues.get(task_id)

@@ -3,6 +3,7 @@ an advisory lock on their session and hear each other's changes by LISTEN/NOTIFY
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,7 +12,7 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import Task
-from sqlalchemy import Table, and_, delete, insert, inspect, select, text, tuple_, update
+from sqlalchemy import Table, and_, delete, func, insert, inspect, or_, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -26,6 +27,7 @@ from a2a_bridge.ledger import (
     SentMessage,
     TaskEnded,
     TaskExists,
+    TaskQuery,
     TaskRecord,
     read_consistently,
 )
@@ -86,9 +88,16 @@ def _missing_session_column(conn: Connection) -> bool:
 class SqlLedger:
     """The ledger on SQLAlchemy: SQLite or PostgreSQL."""
 
-    def __init__(self, engine: AsyncEngine, health: StoreHealth | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        health: StoreHealth | None = None,
+        observe_write: Callable[[str, float], None] | None = None,
+    ) -> None:
+        """`observe_write` is called with (operation, seconds) for each write its writer waited for (metrics)."""
         self.engine = engine
         self.health = health or StoreHealth()
+        self.observe_write = observe_write
         self.shared = engine.dialect.name == "postgresql"
         self._ready = False
         self._session = SessionConnection(engine, self._heard, self._terminated)
@@ -162,13 +171,30 @@ class SqlLedger:
         """The record and the task of one revision."""
         return await read_consistently(self.get, store, task_id, owner)
 
-    async def recent(self, limit: int) -> list[TaskRecord]:
-        """At most `limit` records of every agent, the most recently created first."""
+    async def recent(self, limit: int, query: TaskQuery = TaskQuery()) -> list[TaskRecord]:
+        """At most `limit` records the query holds, the most recently created first."""
         await self._init()
         table = records_table
-        query = select(table).order_by(table.c.created_at.desc(), table.c.task_id).limit(limit)
+        statement = select(table).order_by(table.c.created_at.desc(), table.c.task_id).limit(limit)
+        if query.agent is not None:
+            statement = statement.where(table.c.agent == query.agent)
+        if query.state is not None:
+            statement = statement.where(table.c.state == query.state)
+        if query.after is not None:
+            created, task_id = query.after
+            statement = statement.where(
+                or_(table.c.created_at < created, and_(table.c.created_at == created, table.c.task_id > task_id))
+            )
         async with self.engine.connect() as conn:
-            return [record_of(r) for r in (await conn.execute(query)).all()]
+            return [record_of(r) for r in (await conn.execute(statement)).all()]
+
+    async def state_counts(self) -> dict[tuple[str, str], int]:
+        """How many tasks each (agent, A2A state) has: one GROUP BY over the records."""
+        await self._init()
+        table = records_table
+        query = select(table.c.agent, table.c.state, func.count()).group_by(table.c.agent, table.c.state)
+        async with self.engine.connect() as conn:
+            return {(agent, state): int(count) for agent, state, count in (await conn.execute(query)).all()}
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
@@ -181,18 +207,23 @@ class SqlLedger:
         rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
         if not isinstance(store, DatabaseTaskStore):
             await store.save(task, context)
-            await self._submit(_Save(None, None, row_values(record), event_rows(events), new, rows))
+            await self._submit("save", _Save(None, None, row_values(record), event_rows(events), new, rows))
             return
         row = task_row(task, store.owner_resolver(context))
-        await self._submit(_Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows))
+        write = _Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows)
+        await self._submit("save", write)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         """Store the record and its claim events; refused (TaskEnded) once the stored record has ended."""
         await self._init()
-        await self._submit(_Save(None, None, row_values(record), event_rows(events)))
+        await self._submit("put", _Save(None, None, row_values(record), event_rows(events)))
 
-    async def _submit(self, write: _Save) -> None:
-        outcome = await self._writes.submit(write)
+    async def _submit(self, operation: str, write: _Save) -> None:
+        started = time.perf_counter()
+        try:
+            outcome = await self._writes.submit(write)
+        finally:
+            self._observe(operation, started)
         if isinstance(outcome, TaskExists | TaskEnded):
             raise outcome
 
@@ -201,6 +232,17 @@ class SqlLedger:
         replica wins."""
         await self._init()
         self.health.ensure_writable()
+        started = time.perf_counter()
+        try:
+            return await self._put_if(record, expected, events)
+        finally:
+            self._observe("put_if", started)
+
+    def _observe(self, operation: str, started: float) -> None:
+        if self.observe_write is not None:
+            self.observe_write(operation, time.perf_counter() - started)
+
+    async def _put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         table = records_table
         async with self.engine.begin() as conn:
             updated = await conn.execute(

@@ -2,6 +2,7 @@
 
 import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,9 +154,9 @@ class Stores:
             await store.initialize()
         self.health.opened()
 
-    def ledger(self) -> Ledger:
-        """The bridge's own tables, in the same database as the tasks."""
-        return MemoryLedger() if self.engine is None else SqlLedger(self.engine, self.health)
+    def ledger(self, observe_write: Callable[[str, float], None] | None = None) -> Ledger:
+        """The bridge's own tables, in the same database as the tasks; `observe_write` times the SQL writes."""
+        return MemoryLedger() if self.engine is None else SqlLedger(self.engine, self.health, observe_write)
 
     async def reachable(self) -> str | None:
         """None when the store answers a query and may be written, else why not."""

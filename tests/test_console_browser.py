@@ -1,7 +1,8 @@
 """The operator console in headless Chromium (Debian's `chromium`, driven by `playwright-core` from tests/browser/):
-a deploy shown live up to AUTH_REQUIRED and approved with a click, a running task canceled, a deploy left in
-needs_reconciliation by a crash reconciled from its page, and a `javascript:` URL planted in a message, an artifact and
-a remote agent's artifact that never runs. Screenshots go to build/console/."""
+a deploy shown live up to AUTH_REQUIRED and approved with a click, a running task canceled (and shown as canceled beside
+its Task Status reason), a deploy left in needs_reconciliation by a crash reconciled from its page, the list paged,
+filtered and searched and its actions reachable in a narrow window, and a `javascript:` URL planted in a message, an
+artifact and a remote agent's artifact that never runs. Screenshots go to build/console/."""
 
 import json
 import os
@@ -93,13 +94,18 @@ def test_sign_in_points_to_the_demo_token_without_showing_it_and_refuses_another
     assert sign_in["stored"] == "ops_demo_5b9e"
 
 
+def test_sign_out_shows_only_once_signed_in(live_run: dict[str, dict[str, Any]]) -> None:
+    assert live_run["sign-in"]["signOutBefore"] is False, "Sign out showed on the sign-in page"
+    assert live_run["sign-in"]["signOutAfter"] is True
+
+
 def test_a_deploy_shows_up_live_and_completes_once_approved(live_run: dict[str, dict[str, Any]]) -> None:
     step = live_run["approve"]
     seen = [state for state in step["states"] if state not in ("SUBMITTED", "WORKING")]
     assert seen == ["AUTH_REQUIRED", "COMPLETED"], step["states"]
     assert "WORKING" in step["states"], "the row never showed the deploy working"
     assert step["waiting"] == {"phase": "processing", "claim": "awaiting_reply", "generation": "1", "actions": ["approve", "cancel"]}
-    assert step["done"] == {"phase": "terminal (completed)", "claim": "completed", "generation": "2", "actions": []}
+    assert step["done"] == {"phase": "terminal: completed", "claim": "completed", "generation": "2", "actions": []}
     assert step["notice"].startswith("Approved ")
     assert step["sameDocument"] is True
 
@@ -117,6 +123,8 @@ def test_a_running_task_is_canceled_with_a_click(live_run: dict[str, dict[str, A
     step = live_run["cancel"]
     assert step["states"][0] in ("SUBMITTED", "WORKING") and step["states"][-1] == "CANCELED", step["states"]
     assert step["claim"] == "cancelled"
+    assert step["ended"] == "canceled" and step["terminalReason"] == "completed"
+    assert step["phase"] == "terminal: canceledTask Status reason: completed", "the A2A end, then the CAS mapping's reason"
     assert step["message"] == "Canceled by the operator."
     assert step["actions"] == []
     assert step["sameDocument"] is True
@@ -142,6 +150,42 @@ def test_a_deploy_interrupted_by_a_crash_is_reconciled_from_its_page(node: str, 
         assert rollouts(ledger)[task_id] == 0
     finally:
         server.stop()
+
+
+DEPLOYER = {"Authorization": "Bearer dpl_test_7c1e4b"}
+
+
+def test_the_list_pages_filters_searches_and_keeps_its_actions_in_reach(node: str, tmp_path: Path) -> None:
+    server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=0.01).start()
+    try:
+        runs = [
+            rpc(server.agent("test-runner"), "SendMessage", {"message": user_message("Run the unit tests at commit 9f3c2e1", f"page-{i}-{uuid.uuid4()}")})
+            for i in range(51)
+        ]
+        assert all(run["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for run in runs)
+        deploy = {"message": user_message("Deploy build 2026.10.06-7 to staging", f"deploy-{uuid.uuid4()}")}
+        canceled = rpc(server.agent("deployer"), "SendMessage", deploy, headers=DEPLOYER)["result"]["task"]
+        assert rpc(server.agent("deployer"), "CancelTask", {"id": canceled["id"]}, headers=DEPLOYER)["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        deploy = {"message": user_message("Deploy build 2026.10.06-8 to staging", f"deploy-{uuid.uuid4()}")}
+        waiting = rpc(server.agent("deployer"), "SendMessage", deploy, headers=DEPLOYER)["result"]["task"]
+        assert waiting["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+        arg = json.dumps({"canceled": canceled["id"], "waiting": waiting["id"], "context": canceled["contextId"], "total": 53})
+        step = drive(node, "list", server.url, str(SCREENSHOTS), arg)["list"]
+    finally:
+        server.stop()
+    everything = {run["result"]["task"]["id"] for run in runs} | {canceled["id"], waiting["id"]}
+    assert len(step["first"]) == 50 and len(step["second"]) == 3
+    assert set(step["first"]) | set(step["second"]) == everything, "two pages hold every task once"
+    assert step["first"][0] == waiting["id"] and step["back"] == step["first"]
+    assert step["firstPager"] == {"label": "Page 1", "newer": False, "older": True}
+    assert step["secondPager"] == {"label": "Page 2", "newer": True, "older": False}
+    assert step["phase"]["ended"] == "canceled" and step["phase"]["terminalReason"] == "completed"
+    assert step["phase"]["reason"] == "Task Status reason: completed"
+    assert sorted(step["deployerRows"]) == sorted([canceled["id"], waiting["id"]])
+    assert step["found"] == [canceled["id"]]
+    for width, seen in step["narrow"].items():
+        assert seen["onTop"] and 0 <= seen["left"] and seen["right"] <= int(width), (width, seen)
+    assert step["icon"] == {"href": "favicon.svg", "status": 200, "type": "image/svg+xml"}
 
 
 PAYLOAD = 'javascript:void(document.title=sessionStorage.getItem("a2a-bridge.operator-token"))'

@@ -11,6 +11,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
 from tests.support import ServerProcess, rpc
+from tests.test_metrics import scrape, value
 
 VERSION = (("a2a-version", "1.0"),)
 
@@ -140,3 +141,17 @@ def test_a_required_extension_must_be_named_on_grpc(served: ServerProcess) -> No
         assert error_reason(raised.value) == "EXTENSION_SUPPORT_REQUIRED"
         named = (*VERSION, ("a2a-extensions", "urn:a2a:tck:required-extension"))
         assert required.SendMessage(request, metadata=named).task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+
+
+def test_grpc_calls_are_counted_in_the_metrics_as_the_json_bindings_calls_are(
+    served: ServerProcess, stub: a2a_pb2_grpc.A2AServiceStub
+) -> None:
+    labels = {"agent": "conformance", "method": "GetTask", "outcome": "TaskNotFoundError"}
+    before = value(scrape(served.url), "a2a_bridge_requests_total", **labels)
+    with pytest.raises(grpc.RpcError):
+        stub.GetTask(a2a_pb2.GetTaskRequest(id="no-such-task"), metadata=VERSION)
+    sent = stub.SendMessage(a2a_pb2.SendMessageRequest(message=message("tck-complete-task-metrics")), metadata=VERSION)
+    assert sent.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    after = scrape(served.url)
+    assert value(after, "a2a_bridge_requests_total", **labels) == before + 1
+    assert value(after, "a2a_bridge_requests_total", agent="conformance", method="SendMessage", outcome="ok") >= 1

@@ -1,13 +1,14 @@
 """The ledger's contract, the same on every store (memory, SQLite, and PostgreSQL where the tests have one): a new
 task is written only if absent (TaskExists), a task whose stored claim has ended is never written again (TaskEnded,
 for saves, record writes and compare-and-set alike) but by the claim that ended it writing the same end, the event log rows go with their save, `read` gives a record and
-its task of one revision, and saves batched into one transaction each get their own answer."""
+its task of one revision, and saves batched into one transaction each get their own answer; tasks are counted by agent
+and state, and listed newest first by agent, by state and page by page from a cursor."""
 
 import asyncio
 import os
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from a2a.types import Task, TaskState, TaskStatus
 
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim
-from a2a_bridge.ledger import Ledger, TaskEnded, TaskExists, TaskRecord
+from a2a_bridge.ledger import Ledger, TaskEnded, TaskExists, TaskQuery, TaskRecord
 from a2a_bridge.store import StoreConfig, Stores
 
 OWNER = "alice"
@@ -95,3 +96,44 @@ async def contract(url: str) -> None:
 
 def test_the_ledger_contract(store_url: str) -> None:
     asyncio.run(contract(store_url))
+
+
+async def listing(url: str) -> None:
+    stores = Stores(StoreConfig.parse(url))
+    stores_of = {agent: stores.for_agent(agent)[0] for agent in ("agent", "other")}
+    await stores.initialize()
+    ledger: Ledger = stores.ledger()
+    owner = owner_context(OWNER)
+    try:
+        await ledger.start_session(datetime.now(UTC))
+        start = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
+        made = []
+        for n in range(7):
+            agent = "agent" if n % 2 == 0 else "other"
+            state = "TASK_STATE_COMPLETED" if n < 4 else "TASK_STATE_WORKING"
+            task_id = f"t{n}"
+            created = start + timedelta(microseconds=n // 2)
+            row = TaskRecord(task_id, agent, OWNER, OWNER, created, state, 1, claim=Claim(state="claimed"))
+            await ledger.save(stores_of[agent], task(task_id, TaskState.Value(state)), owner, row, [], new=True)
+            made.append(row)
+        newest = sorted(made, key=lambda r: (-r.created_at.timestamp(), r.task_id))
+        assert [r.task_id for r in await ledger.recent(10)] == [r.task_id for r in newest]
+        assert await ledger.state_counts() == {
+            ("agent", "TASK_STATE_COMPLETED"): 2, ("other", "TASK_STATE_COMPLETED"): 2,
+            ("agent", "TASK_STATE_WORKING"): 2, ("other", "TASK_STATE_WORKING"): 1,
+        }
+        pages: list[str] = []
+        query = TaskQuery()
+        while page := await ledger.recent(3, query):
+            pages += [r.task_id for r in page]
+            query = TaskQuery(after=(page[-1].created_at, page[-1].task_id))
+        assert pages == [r.task_id for r in newest], "pages of three, microseconds apart or equal, hold each task once"
+        agent_working = await ledger.recent(10, TaskQuery(agent="agent", state="TASK_STATE_WORKING"))
+        assert [r.task_id for r in agent_working] == ["t6", "t4"]
+    finally:
+        await ledger.close()
+        await stores.close()
+
+
+def test_tasks_are_counted_and_listed_page_by_page(store_url: str) -> None:
+    asyncio.run(listing(store_url))

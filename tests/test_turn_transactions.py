@@ -5,7 +5,7 @@ always works on a task that has not ended. The bridge runs on uvicorn with a led
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +73,7 @@ class FaultyStores(Stores):
         super().__init__(StoreConfig.parse("memory"))
         self._ledger = ledger
 
-    def ledger(self) -> Ledger:
+    def ledger(self, observe_write: Callable[[str, float], None] | None = None) -> Ledger:
         return self._ledger
 
 

@@ -1,11 +1,13 @@
 // The operator console: signs in with the operator's token (kept in sessionStorage), follows the server's change feed
 // (/console/api/stream, Server-Sent Events read through fetch so that the token goes in a header), and calls the
-// agents' own endpoints for approve, reconcile and cancel.
+// agents' own endpoints for approve, reconcile and cancel. The list is one page of the feed, filtered by agent and
+// state; a search (task id or context id) asks /console/api/tasks for its page instead, and the feed then only
+// refreshes the rows that page shows. Pages go on with the server's `next` cursor.
 'use strict';
 
 (() => {
   const TOKEN_KEY = 'a2a-bridge.operator-token';
-  const MAX_ROWS = 200;
+  const PAGE_SIZE = 50;
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY),
     rows: new Map(),
@@ -13,6 +15,10 @@
     openTask: null,
     loading: null,
     reload: false,
+    filters: { agent: '', state: '', q: '' },
+    before: null,
+    earlier: [],
+    next: null,
   };
   const $ = (selector, root = document) => root.querySelector(selector);
 
@@ -46,8 +52,26 @@
     return notification.kind + (notification.provider ? `: ${notification.provider}` : '');
   }
 
-  function phaseLabel(status) {
-    return status.phase + (status.terminal_reason ? ` (${status.terminal_reason})` : '');
+  // A terminal task shows how it ended (its A2A state); the Task Status' terminal_reason is named beside it when it
+  // says something else, since that mapping puts CANCELED under "completed" and FAILED under "errored".
+  function phaseView(row) {
+    if (!row.ended) return [row.status.phase];
+    const reason = row.status.terminal_reason;
+    const note = reason && reason !== row.ended
+      ? el('span', {
+        class: 'reason', text: `Task Status reason: ${reason}`,
+        title: `The Common Agent Specification's Task Status maps ${shortState(row.state)} to terminal_reason "${reason}".`,
+      })
+      : null;
+    return [`${row.status.phase}: ${row.ended}`, note];
+  }
+
+  function listParams(extra = {}) {
+    const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+    if (state.filters.agent) params.set('agent', state.filters.agent);
+    if (state.filters.state) params.set('state', state.filters.state);
+    for (const [key, value] of Object.entries(extra)) if (value) params.set(key, value);
+    return params;
   }
 
   function claimLabel(claim) {
@@ -90,7 +114,8 @@
     if (!$('#feed').classList.contains('live')) setFeed('connecting');
     let ended = false;
     try {
-      const response = await fetch('api/stream', {
+      const searching = Boolean(state.filters.q);
+      const response = await fetch(`api/stream?${listParams(searching ? {} : { before: state.before })}`, {
         headers: { Authorization: `Bearer ${state.token}` },
         signal: controller.signal,
       });
@@ -133,9 +158,18 @@
     }
     if (event !== 'tasks' || !data) return;
     const body = JSON.parse(data);
-    if (body.snapshot) state.rows.clear();
-    for (const row of body.tasks) state.rows.set(row.id, row);
-    renderTasks(new Set(body.snapshot ? [] : body.tasks.map((row) => row.id)));
+    if (state.filters.q) {
+      const shown = body.tasks.filter((row) => state.rows.has(row.id));
+      for (const row of shown) state.rows.set(row.id, row);
+      renderTasks(new Set(shown.map((row) => row.id)));
+    } else {
+      if (body.snapshot) state.rows.clear();
+      for (const row of body.tasks) state.rows.set(row.id, row);
+      const kept = new Set(body.ids);
+      for (const id of [...state.rows.keys()]) if (!kept.has(id)) state.rows.delete(id);
+      state.next = body.next;
+      renderTasks(new Set(body.snapshot ? [] : body.tasks.map((row) => row.id)));
+    }
     if (state.openTask && body.tasks.some((row) => row.id === state.openTask)) loadTask(state.openTask);
   }
 
@@ -206,16 +240,15 @@
 
   function renderTasks(changed) {
     const rows = [...state.rows.values()].sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
-    for (const stale of rows.slice(MAX_ROWS)) state.rows.delete(stale.id);
     const body = $('#tasks tbody');
-    body.replaceChildren(...rows.slice(0, MAX_ROWS).map((row) => {
+    body.replaceChildren(...rows.map((row) => {
       const tr = el('tr', { 'data-task-id': row.id, 'data-state': shortState(row.state), class: changed.has(row.id) ? 'changed' : '' },
         el('td', { class: 'task' },
           el('a', { href: `#/tasks/${row.id}`, title: row.id, class: 'mono', text: shortId(row.id) }),
           el('div', { class: 'message', text: row.message, title: row.message })),
         el('td', { class: 'agent', text: row.agent }),
         el('td', { class: 'state' }, badge(row.state)),
-        el('td', { class: 'phase', text: phaseLabel(row.status) }),
+        el('td', { class: 'phase', 'data-ended': row.ended, 'data-terminal-reason': row.status.terminal_reason }, phaseView(row)),
         el('td', { class: 'notifications' }, row.status.notifications.map((n) => el('span', { class: 'chip', text: notificationLabel(n) }))),
         el('td', { class: 'claim', 'data-claim': row.claim.state, text: claimLabel(row.claim) }),
         el('td', { class: 'generation num', text: String(row.claim.claim_generation) }),
@@ -223,7 +256,66 @@
         el('td', { class: 'actions' }, actionButtons(row)));
       return tr;
     }));
+    const filtered = state.filters.agent || state.filters.state || state.filters.q;
+    $('#no-tasks').textContent = filtered ? 'No tasks match.' : 'No tasks yet.';
     $('#no-tasks').hidden = rows.length > 0;
+    $('#page-newer').disabled = state.earlier.length === 0;
+    $('#page-older').disabled = !state.next;
+    $('#page-label').textContent = `Page ${state.earlier.length + 1}`;
+    $('#list-hint').textContent = state.filters.q
+      ? 'Search results, newest first; the rows shown refresh as they change.'
+      : 'Newest first; rows change as the server reports them.';
+  }
+
+  // --- filters, search and pages ------------------------------------------------------------------------------
+
+  async function search() {
+    const query = state.filters.q;
+    try {
+      const body = await call(`api/tasks?${listParams({ q: query, before: state.before })}`);
+      if (state.filters.q !== query) return;
+      state.rows = new Map(body.tasks.map((row) => [row.id, row]));
+      state.next = body.next;
+      renderTasks(new Set());
+    } catch (error) {
+      if (!(error instanceof SignedOut)) notice(`Search failed: ${error.message}`, true);
+    }
+  }
+
+  // The list again from its first row (or from `state.before`): the feed reopened with the filters, and the search.
+  function reloadList() {
+    state.rows.clear();
+    state.next = null;
+    renderTasks(new Set());
+    if (state.feed) state.feed.abort();
+    openFeed();
+    if (state.filters.q) search();
+  }
+
+  function applyFilters(event) {
+    if (event) event.preventDefault();
+    state.filters = { agent: $('#filter-agent').value, state: $('#filter-state').value, q: $('#filter-q').value.trim() };
+    state.before = null;
+    state.earlier = [];
+    reloadList();
+  }
+
+  function clearFilters() {
+    $('#filters').reset();
+    applyFilters();
+  }
+
+  function older() {
+    if (!state.next) return;
+    state.earlier.push(state.before);
+    state.before = state.next;
+    reloadList();
+  }
+
+  function newer() {
+    if (!state.earlier.length) return;
+    state.before = state.earlier.pop();
+    reloadList();
   }
 
   // --- one task -------------------------------------------------------------------------------------------------
@@ -324,7 +416,9 @@
     const statusCard = el('div', { class: 'card' }, el('h3', { text: 'A2A and Task Status' }), facts([
       ['agent', row.agent],
       ['A2A state', shortState(row.state)],
-      ['phase', phaseLabel(row.status), 'phase'],
+      ['phase', phaseView(row), 'phase'],
+      ['ended', row.ended || '—', 'ended'],
+      ['context', el('code', { text: row.context_id })],
       ['revision', row.status.revision],
       ['notifications', chips.length ? chips : 'none'],
       ['created', `${new Date(row.created_at).toISOString().replace('T', ' ').slice(0, 19)} UTC`],
@@ -425,9 +519,10 @@
     start();
   }
 
-  async function showDemoHint() {
+  async function loadInfo() {
     try {
       const info = await (await fetch('api/info')).json();
+      $('#filter-agent').append(...info.agents.map((name) => el('option', { value: name, text: name })));
       if (info.demo) {
         const hint = $('#demo-hint');
         hint.replaceChildren('This server runs as the demo: it accepts the demo operator token (the default of ',
@@ -435,14 +530,20 @@
         hint.hidden = false;
       }
     } catch {
-      // the hint is a convenience; the form works without it
+      // the hint and the agent filter's names are a convenience; the form and the list work without them
     }
   }
 
   $('#sign-in-form').addEventListener('submit', signIn);
   $('#sign-out').addEventListener('click', () => signOut());
+  $('#filters').addEventListener('submit', applyFilters);
+  $('#filter-agent').addEventListener('change', () => applyFilters());
+  $('#filter-state').addEventListener('change', () => applyFilters());
+  $('#filter-clear').addEventListener('click', clearFilters);
+  $('#page-older').addEventListener('click', older);
+  $('#page-newer').addEventListener('click', newer);
   window.addEventListener('hashchange', route);
-  showDemoHint();
+  loadInfo();
   if (state.token) start();
   else route();
 })();

@@ -3,6 +3,10 @@
 //   node console.mjs live BASE_URL SCREENSHOT_DIR        sign in, watch a deploy reach AUTH_REQUIRED, approve it with a
 //                                                       click and see it complete; open its page; cancel a running task
 //   node console.mjs reconcile BASE_URL SCREENSHOT_DIR TASK   reconcile a task left in needs_reconciliation
+//   node console.mjs list BASE_URL SCREENSHOT_DIR '{"canceled": ..., "waiting": ..., "total": N}'
+//                                                       page through the task list, filter it by state and agent,
+//                                                       search a context id, read a canceled task's terminal reason,
+//                                                       and reach a row's actions in a narrow window
 //   node console.mjs xss BASE_URL SCREENSHOT_DIR '{"token": ..., "tasks": [...], "payload": ...}'
 //                                                       open each task's page, click every javascript: part it shows, and
 //                                                       report what ran (title, dialogs, javascript: links), then
@@ -51,6 +55,7 @@ async function shot(page, name) {
 async function signIn(page) {
   await page.goto(`${base}/console/`);
   await page.waitForSelector('#sign-in:not([hidden])');
+  const signOutBefore = await page.isVisible('#sign-out');
   const hint = await page.waitForSelector('#demo-hint:not([hidden])');
   const hintText = await hint.textContent();
   await page.fill('#token', 'not-the-token');
@@ -61,7 +66,8 @@ async function signIn(page) {
   await page.waitForSelector('#tasks-view:not([hidden])');
   await page.waitForSelector('#feed.live');
   const stored = await page.evaluate(() => sessionStorage.getItem('a2a-bridge.operator-token'));
-  report('sign-in', { hint: hintText, refused, stored });
+  const signOutAfter = await page.isVisible('#sign-out');
+  report('sign-in', { hint: hintText, refused, stored, signOutBefore, signOutAfter });
 }
 
 // Records every A2A state a task's row shows, as the page changes it.
@@ -131,6 +137,9 @@ async function live(page) {
   await page.waitForSelector(`${row(suite)}[data-state="CANCELED"]`, { timeout: WAIT });
   const canceled = await page.$eval(row(suite), (tr) => ({
     claim: tr.querySelector('.claim').dataset.claim,
+    phase: tr.querySelector('.phase').textContent,
+    ended: tr.querySelector('.phase').dataset.ended,
+    terminalReason: tr.querySelector('.phase').dataset.terminalReason,
     message: tr.querySelector('.message').textContent,
     actions: [...tr.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
   }));
@@ -171,6 +180,77 @@ async function reconcile(page, id) {
   }));
   await shot(page, '06-reconciled.png');
   report('reconcile', { task: id, before, after });
+}
+
+const rowIds = (page) => page.$$eval('#tasks tbody tr', (rows) => rows.map((tr) => tr.dataset.taskId));
+
+// Waits until the list shows `count` rows, each with `text` in its cell `cell` when given.
+async function listShows(page, count, cell = null, text = null) {
+  await page.waitForFunction(([n, column, wanted]) => {
+    const rows = [...document.querySelectorAll('#tasks tbody tr')];
+    return rows.length === n && (!column || rows.every((tr) => tr.querySelector(`td.${column}`).textContent === wanted));
+  }, [count, cell, text], { timeout: WAIT });
+}
+
+async function list(page, { canceled, waiting, context, total }) {
+  await signIn(page);
+  await listShows(page, 50);
+  const first = await rowIds(page);
+  const pager = async () => ({
+    label: await page.textContent('#page-label'),
+    newer: await page.isEnabled('#page-newer'),
+    older: await page.isEnabled('#page-older'),
+  });
+  const firstPager = await pager();
+  await page.click('#page-older');
+  await listShows(page, total - 50);
+  const second = await rowIds(page);
+  const secondPager = await pager();
+  await shot(page, '07-second-page.png');
+  await page.click('#page-newer');
+  await listShows(page, 50);
+  const back = await rowIds(page);
+
+  await page.selectOption('#filter-state', 'CANCELED');
+  await listShows(page, 1, 'state', 'CANCELED');
+  const phase = await page.$eval(`${row(canceled)} .phase`, (td) => ({
+    text: td.textContent, ended: td.dataset.ended, terminalReason: td.dataset.terminalReason,
+    reason: td.querySelector('.reason') && td.querySelector('.reason').textContent,
+  }));
+  await page.selectOption('#filter-state', '');
+  await page.selectOption('#filter-agent', 'deployer');
+  await listShows(page, 2, 'agent', 'deployer');
+  const deployerRows = await rowIds(page);
+  await page.selectOption('#filter-agent', '');
+  await page.fill('#filter-q', context);
+  await page.click('#filters button[type=submit]');
+  await listShows(page, 1);
+  const found = await rowIds(page);
+  await shot(page, '08-search.png');
+  await page.click('#filter-clear');
+  await listShows(page, 50);
+
+  const reach = async (width) => {
+    await page.setViewportSize({ width, height: 800 });
+    const button = page.locator(`${row(waiting)} button[data-action="cancel"]`);
+    await button.scrollIntoViewIfNeeded();
+    const box = await button.boundingBox();
+    const onTop = await button.evaluate((node) => {
+      const rect = node.getBoundingClientRect();
+      return document.elementFromPoint(rect.left + rect.width / 2, rect.top + rect.height / 2) === node;
+    });
+    await shot(page, `09-narrow-${width}.png`);
+    return { right: box.x + box.width, left: box.x, onTop, pageWidth: await page.evaluate(() => document.documentElement.scrollWidth) };
+  };
+  const narrow = { 1000: await reach(1000), 800: await reach(800), 420: await reach(420) };
+  const icon = await page.evaluate(async () => {
+    const link = document.querySelector('link[rel="icon"]');
+    const response = await fetch(link.href);
+    return { href: link.getAttribute('href'), status: response.status, type: response.headers.get('content-type') };
+  });
+  report('list', {
+    first, second, back, firstPager, secondPager, phase, deployerRows, found, narrow, icon,
+  });
 }
 
 // The page as served, before any task is opened: its title, and the CSP violations it reports from now on.
@@ -241,6 +321,7 @@ try {
   page.on('pageerror', (error) => report('page-error', { message: String(error) }));
   if (scenario === 'live') await live(page);
   else if (scenario === 'reconcile') await reconcile(page, taskArg);
+  else if (scenario === 'list') await list(page, JSON.parse(taskArg));
   else if (scenario === 'xss') await xss(page, JSON.parse(taskArg));
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
