@@ -17,7 +17,8 @@ from a2a_bridge.ledger import TaskRecord, ended
 from a2a_bridge.states import is_terminal
 
 MAX_TASKS = 10_000
-MAX_BYTES = 32 * 1024 * 1024
+MAX_BYTES = 16 * 1024 * 1024
+"""Bytes of the kept tasks' protobuf encoding (their objects take a few times that in memory)."""
 FORGOTTEN = 4_096
 """Recently forgotten task ids remembered with when they were forgotten; a read that began before the oldest of them
 is not kept (it cannot tell whether its task was among those forgotten earlier)."""
