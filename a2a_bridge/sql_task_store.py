@@ -25,6 +25,7 @@ from a2a.utils.task import ListTasksCursor, decode_list_tasks_cursor, encode_lis
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Index, Table, func, select, tuple_
 from sqlalchemy.engine import Connection
+from sqlalchemy.schema import CreateIndex
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 Key = tuple[str, str, int, int | None]
@@ -78,8 +79,9 @@ class SqlTaskStore(DatabaseTaskStore):
             await conn.run_sync(self._create_indexes)
 
     def _create_indexes(self, conn: Connection) -> None:
+        """Where missing (a table the SDK created before them); IF NOT EXISTS, as replicas may start together."""
         for index in self._indexes:
-            index.create(conn, checkfirst=True)
+            conn.execute(CreateIndex(index, if_not_exists=True))
 
     def written(self, _task_ids: list[str]) -> None:
         """Tasks were written (any agent's: a notice names no table): the counts kept may be wrong now."""
