@@ -19,6 +19,9 @@ from a2a_bridge.task_status import Notification
 Notice = Callable[[str, str, str], None]
 """Called with (kind, task id, detail) for a change a process (another, or this one) committed: "t" a task or its
 record, "r" a request left for the replica that runs a task, "e" an event logged for a task (detail "<seq>:<body>")."""
+Written = Callable[[list[str]], None]
+"""Called with the ids of the tasks a committed write (this process's, or on PostgreSQL another replica's) may have
+changed, once it is committed."""
 
 
 class TaskExists(Exception):
@@ -132,6 +135,7 @@ class Ledger(Protocol):
     async def session_alive(self, session: int) -> bool: ...
     def on_notice(self, notice: Notice) -> None: ...
     def on_lost(self, lost: Callable[[], None]) -> None: ...
+    def on_written(self, written: Written) -> None: ...
     def changed(self) -> asyncio.Event: ...
     async def close(self) -> None: ...
     async def get(self, task_id: str) -> TaskRecord | None: ...
@@ -203,6 +207,7 @@ class MemoryLedger:
         self._messages: dict[tuple[str, str, str], SentMessage] = {}
         self._sessions = 0
         self._changed = asyncio.Event()
+        self._written: list[Written] = []
 
     async def start_session(self, now: datetime) -> int:
         self._sessions += 1
@@ -216,6 +221,9 @@ class MemoryLedger:
 
     def on_lost(self, lost: Callable[[], None]) -> None:
         """A memory store has no connection to lose."""
+
+    def on_written(self, written: Written) -> None:
+        self._written.append(written)
 
     def changed(self) -> asyncio.Event:
         """An event set at the next write."""
@@ -289,6 +297,8 @@ class MemoryLedger:
 
     def _keep(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         self._records[record.task_id] = record.copy()
+        for written in self._written:
+            written([record.task_id])
         self._changed.set()
         self._changed = asyncio.Event()
         for event in events:

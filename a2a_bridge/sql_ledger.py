@@ -29,6 +29,7 @@ from a2a_bridge.ledger import (
     TaskExists,
     TaskQuery,
     TaskRecord,
+    Written,
     read_consistently,
 )
 from a2a_bridge.ledger_tables import (
@@ -93,9 +94,13 @@ class SqlLedger:
         engine: AsyncEngine,
         health: StoreHealth | None = None,
         observe_write: Callable[[str, float], None] | None = None,
+        reader: AsyncEngine | None = None,
     ) -> None:
         """`observe_write` is called with (operation, seconds) for each write its writer waited for (metrics)."""
         self.engine = engine
+        self.reader = reader or engine
+        """Where reads go: on SQLite a pool of read connections beside the one writer (WAL lets them read while it
+        writes), elsewhere the same engine."""
         self.health = health or StoreHealth()
         self.observe_write = observe_write
         self.shared = engine.dialect.name == "postgresql"
@@ -103,6 +108,7 @@ class SqlLedger:
         self._session = SessionConnection(engine, self._heard, self._terminated)
         self._notices: list[Notice] = []
         self._lost: list[Callable[[], None]] = []
+        self._written: list[Written] = []
         self._changed = asyncio.Event()
         self._writes: GroupCommit[_Write, _Outcome] = GroupCommit(self._write_many, self._write_one)
 
@@ -128,6 +134,8 @@ class SqlLedger:
 
     def _heard(self, payload: str) -> None:
         kind, task_id, *detail = payload.split(":", 2)
+        if kind in ("t", "e"):
+            self._tell_written([task_id])
         self._announce()
         for notice in self._notices:
             notice(kind, task_id, detail[0] if detail else "")
@@ -149,6 +157,14 @@ class SqlLedger:
         """Call `lost` when the connection that holds the session's lock is gone."""
         self._lost.append(lost)
 
+    def on_written(self, written: Written) -> None:
+        """Call `written` with the tasks each commit (here, or announced by another replica) may have changed."""
+        self._written.append(written)
+
+    def _tell_written(self, task_ids: list[str]) -> None:
+        for written in self._written:
+            written(task_ids)
+
     def changed(self) -> asyncio.Event:
         """An event set at the next change committed here, or announced by another replica."""
         return self._changed
@@ -163,7 +179,7 @@ class SqlLedger:
 
     async def get(self, task_id: str) -> TaskRecord | None:
         await self._init()
-        async with self.engine.connect() as conn:
+        async with self.reader.connect() as conn:
             row = (await conn.execute(select(records_table).where(records_table.c.task_id == task_id))).first()
         return record_of(row) if row is not None else None
 
@@ -185,7 +201,7 @@ class SqlLedger:
             statement = statement.where(
                 or_(table.c.created_at < created, and_(table.c.created_at == created, table.c.task_id > task_id))
             )
-        async with self.engine.connect() as conn:
+        async with self.reader.connect() as conn:
             return [record_of(r) for r in (await conn.execute(statement)).all()]
 
     async def state_counts(self) -> dict[tuple[str, str], int]:
@@ -193,7 +209,7 @@ class SqlLedger:
         await self._init()
         table = records_table
         query = select(table.c.agent, table.c.state, func.count()).group_by(table.c.agent, table.c.state)
-        async with self.engine.connect() as conn:
+        async with self.reader.connect() as conn:
             return {(agent, state): int(count) for agent, state, count in (await conn.execute(query)).all()}
 
     async def save(
@@ -262,6 +278,7 @@ class SqlLedger:
             if events:
                 await conn.execute(insert(claim_events_table), [event.row() for event in events])
             await self._notify(conn, [f"t:{record.task_id}"])
+        self._tell_written([record.task_id])
         self._announce()
         return True
 
@@ -296,12 +313,12 @@ class SqlLedger:
         await self._init()
         table = events_table
         query = select(table.c.seq, table.c.body).where(and_(table.c.task_id == task_id, table.c.seq > seq))
-        async with self.engine.connect() as conn:
+        async with self.reader.connect() as conn:
             return [(r.seq, r.body) for r in (await conn.execute(query.order_by(table.c.seq))).all()]
 
     async def _records(self, *conditions: Any) -> list[TaskRecord]:
         await self._init()
-        async with self.engine.connect() as conn:
+        async with self.reader.connect() as conn:
             return [record_of(r) for r in (await conn.execute(select(records_table).where(and_(*conditions)))).all()]
 
     async def expired_claims(self, now: datetime) -> list[TaskRecord]:
@@ -325,7 +342,7 @@ class SqlLedger:
     async def claim_events(self, task_id: str) -> list[dict[str, Any]]:
         await self._init()
         table = claim_events_table
-        async with self.engine.connect() as conn:
+        async with self.reader.connect() as conn:
             rows = (await conn.execute(select(table).where(table.c.task_id == task_id).order_by(table.c.id))).all()
         return [
             {
@@ -373,11 +390,26 @@ class SqlLedger:
         return results
 
     async def _write_batch(self, writes: list[_Write]) -> list[_Outcome]:
-        """One transaction for a batch: each record (new ones only where absent, others only where not ended), then
-        for the records written their task rows, claim events and event-log rows, and every new message."""
+        """One transaction for a batch (`_write_saves`); the tasks it may have changed are told to `on_written` once
+        it is over, committed or not."""
         results: list[_Outcome] = [None] * len(writes)
         saves = [(index, write) for index, write in enumerate(writes) if isinstance(write, _Save)]
         remembered = [(index, write) for index, write in enumerate(writes) if isinstance(write, _Remember)]
+        try:
+            await self._write_saves(saves, remembered, results)
+        finally:
+            if saves:
+                self._tell_written([save.record["task_id"] for _, save in saves])
+        if saves:
+            self._announce()
+        return results
+
+    async def _write_saves(
+        self, saves: list[tuple[int, _Save]], remembered: list[tuple[int, _Remember]], results: list[_Outcome]
+    ) -> None:
+        """The batch's transaction: each record (new ones only where absent, others only where not ended), then for the
+        records written their task rows, claim events and event-log rows, and every new message; `results` gets each
+        refused save's refusal."""
         async with self.engine.begin() as conn:
             if remembered:
                 await self._remember_all(conn, remembered, results)
@@ -402,9 +434,6 @@ class SqlLedger:
                 await conn.execute(insert(events_table), logged)
             changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
             await self._notify(conn, changed + event_notices(logged))
-        if saves:
-            self._announce()
-        return results
 
     async def _write_records(self, conn: AsyncConnection, saves: list[_Save]) -> set[tuple[str, bool]]:
         """Write the records (each task's last row; new ones first) and return which (task id, new) were written."""

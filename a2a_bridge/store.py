@@ -15,7 +15,6 @@ from a2a.server.models import (
 )
 from a2a.server.tasks import (
     DatabasePushNotificationConfigStore,
-    DatabaseTaskStore,
     InMemoryPushNotificationConfigStore,
     InMemoryTaskStore,
     PushNotificationConfigStore,
@@ -33,6 +32,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from a2a_bridge.ledger import Ledger, MemoryLedger
 from a2a_bridge.proto_json import from_dict
 from a2a_bridge.sql_ledger import SqlLedger
+from a2a_bridge.sql_task_store import SqlTaskStore
 from a2a_bridge.store_faults import StoreHealth
 
 
@@ -69,6 +69,17 @@ def write_ahead_log(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def read_only(connection: Any, _record: Any) -> None:
+    """A connection of the SQLite read pool: it may only read (WAL lets it read while the writer writes)."""
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
+
+
+READERS = 4
+"""Connections of the SQLite read pool, beside the one writer."""
 
 
 LARGE_BINDING = 1024 * 1024
@@ -126,22 +137,28 @@ class Stores:
         self.config = config
         self.engine: AsyncEngine | None = None
         self.health = StoreHealth(config.sqlite_path())
-        self._tables: list[DatabaseTaskStore | DatabasePushNotificationConfigStore] = []
+        self.reader: AsyncEngine | None = None
+        """Where task and ledger reads go: on a SQLite file a pool of read-only connections, so that reads never
+        queue behind the one writer; otherwise the engine itself."""
+        self._tables: list[SqlTaskStore | DatabasePushNotificationConfigStore] = []
         if config.url is not None:
             kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}, "pool_size": 1, "max_overflow": 0} if config.url.startswith("sqlite") else {}
-            self.engine = create_async_engine(config.url, **kwargs)
+            self.engine = self.reader = create_async_engine(config.url, **kwargs)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine.sync_engine, "connect", write_ahead_log)
                 event.listen(self.engine.sync_engine, "after_cursor_execute", note_large_binding)
                 event.listen(self.engine.sync_engine, "checkin", close_after_large_binding)
+            if config.sqlite_path() is not None:
+                readers = {**kwargs, "pool_size": READERS}
+                self.reader = create_async_engine(config.url, **readers)
+                event.listen(self.reader.sync_engine, "connect", read_only)
 
     def for_agent(self, agent: str) -> tuple[TaskStore, PushNotificationConfigStore]:
         suffix = agent.replace("-", "_")
-        if self.engine is None:
+        if self.engine is None or self.reader is None:
             return InMemoryTaskStore(), InMemoryPushNotificationConfigStore()
         task_model, config_model = table_models(suffix)
-        task_store = DatabaseTaskStore(self.engine, model_to_core_conversion=task_from_row)
-        task_store.task_model = task_model
+        task_store = SqlTaskStore(self.engine, self.reader, task_model, task_from_row)
         push_store = DatabasePushNotificationConfigStore(self.engine)
         push_store.config_model = config_model
         self._tables += [task_store, push_store]
@@ -156,7 +173,7 @@ class Stores:
 
     def ledger(self, observe_write: Callable[[str, float], None] | None = None) -> Ledger:
         """The bridge's own tables, in the same database as the tasks; `observe_write` times the SQL writes."""
-        return MemoryLedger() if self.engine is None else SqlLedger(self.engine, self.health, observe_write)
+        return MemoryLedger() if self.engine is None else SqlLedger(self.engine, self.health, observe_write, self.reader)
 
     async def reachable(self) -> str | None:
         """None when the store answers a query and may be written, else why not."""
@@ -171,6 +188,8 @@ class Stores:
         return None
 
     async def close(self) -> None:
+        if self.reader is not None and self.reader is not self.engine:
+            await self.reader.dispose()
         if self.engine is not None:
             await self.engine.dispose()
 

@@ -21,7 +21,9 @@ from a2a_bridge.ledger import Ledger, TaskRecord
 from a2a_bridge.live_tasks import Listener, TaskTable, snapshot
 from a2a_bridge.push import PushDispatcher
 from a2a_bridge.replicas import ReplicaLink
+from a2a_bridge.sql_task_store import SqlTaskStore
 from a2a_bridge.states import is_terminal
+from a2a_bridge.stored_tasks import StoredTasks
 from a2a_bridge.sweeps import Sweeps
 from a2a_bridge.task_writer import TaskWriter
 from a2a_bridge.turns import TurnRunner
@@ -61,6 +63,11 @@ class TaskHost:
         self.reconcile = self.sweeps.reconcile
         self.changed = self.env.changed
         self._watchers: list[asyncio.Future[None]] = []
+        self.finished = StoredTasks() if isinstance(store, SqlTaskStore) else StoredTasks(max_tasks=0)
+        """Finished tasks read from a database, kept for GetTask and the Task Status (a memory store needs none)."""
+        ledger.on_written(self.finished.forget)
+        if isinstance(store, SqlTaskStore):
+            ledger.on_written(store.written)
 
     @property
     def on_reply(self) -> ReplyHook | None:
@@ -129,27 +136,53 @@ class TaskHost:
         return await self.turns.send(request, context, listener, new_task_id)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        """The task as last stored, if the caller may see it (from memory while this process holds it); a task the
-        caller may not see takes the same path as one that does not exist, so the answer's time tells nothing."""
+        """The task as last stored, if the caller may see it (from memory while this process holds it or once it has
+        finished); a task the caller may not see takes the same path as one that does not exist, so the answer's
+        time tells nothing."""
         held = self.table.held(task_id)
         if held is not None and may_see(held[1].owner, held[1].responsible_user, context):
             return snapshot(held[0])
+        found = self._finished(task_id, context)
+        if found is not None:
+            return snapshot(found[0])
+        since = self.finished.epoch()
         task = await self.store.get(task_id, context)
-        if task is not None or not caller_name(context):
+        if task is not None:
+            if self.finished.active and is_terminal(task.status.state):
+                record = await self.ledger.get(task_id)
+                if record is not None and record.agent == self.agent:
+                    self.finished.keep(snapshot(task), record, since)
             return task
+        if not caller_name(context):
+            return None
         found = await self.task_and_record(task_id, context)
         return found[0] if found is not None else None
+
+    def _finished(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
+        """A finished task and its record as kept (read only), if the caller may see it: one it may not see goes the
+        store's way, as an unknown id does."""
+        found = self.finished.get(task_id)
+        if found is None or found[1].agent != self.agent:
+            return None
+        return found if may_see(found[1].owner, found[1].responsible_user, context) else None
 
     async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
         """The task and its record, if the caller may see it."""
         held = self.table.held(task_id)
         if held is not None and may_see(held[1].owner, held[1].responsible_user, context):
             return snapshot(held[0]), held[1].copy()
+        found = self._finished(task_id, context)
+        if found is not None:
+            return snapshot(found[0]), found[1].copy()
+        since = self.finished.epoch()
         record = await self.ledger.get(task_id)
         if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
             return None
         task = await self.store.get(task_id, owner_context(record.owner))
-        return (task, record) if task is not None else None
+        if task is None:
+            return None
+        self.finished.keep(task, record, since)
+        return snapshot(task), record.copy()
 
     async def read(self, task_id: str, context: ServerCallContext) -> tuple[TaskRecord, Task] | None:
         """The stored record and task of one revision, if the caller may see the task."""
@@ -162,7 +195,8 @@ class TaskHost:
         """The record as last stored (not a copy: read only), if the caller (a principal name, '' for anonymous) may
         see the task; what a status poll compares its ETag with, without the task."""
         held = self.table.held(task_id)
-        record = held[1] if held is not None else await self.ledger.get(task_id)
+        kept = self.finished.get(task_id) if held is None else None
+        record = held[1] if held is not None else kept[1] if kept is not None else await self.ledger.get(task_id)
         if record is None or record.agent != self.agent:
             return None
         return record if visible_to(caller, record.owner, record.responsible_user) else None

@@ -795,6 +795,136 @@ def render_replicas(stats: ReplicaStats | None, plan: Plan, command: str, load: 
     ])
 
 
+# Reads on the default store (issue 18): GetTask on SQLite side by side with @a2a-js/sdk in memory, and ListTasks'
+# first page at the small and the large store. A section of its own (`--only reads`), with its own markers.
+
+READS_BEGIN, READS_END = "<!-- bench:reads:begin -->", "<!-- bench:reads:end -->"
+READS_SERVERS = ("js", "bridge-memory", "bridge-sqlite")
+AFTER_WRITE_SAMPLES = 30
+"""ListTasks answered right after a SendMessage (totalSize counted again), at each size."""
+
+
+@dataclass
+class ReadStats:
+    get_task: dict[str, list[Run]] = field(default_factory=dict)
+    """GetTask on one finished task, by server key, one run per round."""
+    first_page: dict[int, Run] = field(default_factory=dict)
+    after_write: dict[int, list[float]] = field(default_factory=dict)
+    """Seconds of a first page requested right after a write, by stored tasks."""
+
+
+async def measure_get_task(started: Started, plan: Plan) -> Run:
+    """GetTask on one finished task at full concurrency."""
+    task_id = checked_send(started)["result"]["task"]["id"]
+    request = rpc_request(started, "GetTask", {"id": task_id})
+    load = Load(plan.connections, MAX_REQUESTS, plan.seconds)
+    await drive("warmup", started.port, repeat(request), 200, replace(load, seconds=plan.warmup))
+    run = await steady(lambda: drive("GetTask", started.port, repeat(request), 200, load, started.pid, COMPLETED))
+    progress(f"  {started.server.label}: GetTask {summary(run)}")
+    return run
+
+
+async def measure_first_pages(plan: Plan, bridge: Server, scratch: Path, stats: ReadStats) -> None:
+    """ListTasks' first page one request at a time, at the small and the large store (tasks copied in by
+    bench/populate.py, then one SendMessage so that the server counts the copies too)."""
+    with running(bridge, scratch) as started:
+        assert started.database is not None
+        template = str(checked_send(started)["result"]["task"]["id"])
+        stored = 1
+        listing = rpc_request(started, "ListTasks", {"pageSize": LIST_PAGE})
+        for size in (plan.small_store, plan.large_store):
+            clone_tasks(started.database, template, size - stored - 1)
+            checked_send(started)
+            stored = size
+            stats.first_page[size] = await latency(started, repeat(listing), b'"tasks"', plan)
+            stats.after_write[size] = []
+            for _ in range(AFTER_WRITE_SAMPLES):
+                checked_send(started)
+                stored += 1
+                began = time.perf_counter()
+                code, _, body = call(started.port, "POST", started.server.path,
+                                     {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": LIST_PAGE}},
+                                     A2A_HEADERS)
+                stats.after_write[size].append(time.perf_counter() - began)
+                if code != 200 or f'"totalSize":{stored}'.encode() not in body.replace(b" ", b""):
+                    raise RuntimeError(f"ListTasks after a write answered {code}: {body[:300]!r}")
+            progress(f"  {size:,} tasks: ListTasks first page p50 {stats.first_page[size].percentile(0.5) * 1000:.2f} ms, "
+                     f"right after a write p50 {percentile(stats.after_write[size], 0.5) * 1000:.2f} ms")
+
+
+async def measure_reads_section(plan: Plan, listed: list[Server], scratch: Path) -> ReadStats:
+    stats = ReadStats()
+    chosen = [server for server in listed if server.key in READS_SERVERS]
+    for number in range(plan.rounds):
+        progress(f"reads: round {number + 1}/{plan.rounds}")
+        for server in chosen[number % len(chosen):] + chosen[:number % len(chosen)]:
+            with running(server, scratch) as started:
+                stats.get_task.setdefault(server.key, []).append(await measure_get_task(started, plan))
+    progress(f"reads: ListTasks' first page at {plan.small_store:,} and {plan.large_store:,} stored tasks")
+    await measure_first_pages(plan, next(s for s in listed if s.key == "bridge-sqlite"), scratch, stats)
+    return stats
+
+
+def reads_acceptance(stats: ReadStats, plan: Plan) -> list[tuple[str, bool | None]]:
+    checks: list[tuple[str, bool | None]] = []
+    sqlite = median_rate(stats.get_task["bridge-sqlite"])
+    if "js" in stats.get_task:
+        js = median_rate(stats.get_task["js"])
+        checks.append((f"GetTask, a2a-bridge on SQLite {sqlite / js:.2f}× @a2a-js/sdk in memory (bar ≥ 1.0×)", sqlite >= js))
+    else:
+        checks.append(("GetTask on SQLite against @a2a-js/sdk: not measured (node or interop/js/node_modules missing)", False))
+    small, large = plan.small_store, plan.large_store
+    growth = stats.first_page[large].percentile(0.5) / stats.first_page[small].percentile(0.5)
+    checks.append((f"ListTasks first page p50 with {large:,} stored tasks {growth:.2f}× the time with {small:,} "
+                   "(bar ≤ 1.2×)", growth <= 1.2))
+    written = percentile(stats.after_write[large], 0.5) / percentile(stats.after_write[small], 0.5)
+    checks.append((f"ListTasks first page right after a write (totalSize counted again) p50 with {large:,} stored "
+                   f"tasks {written:.2f}× the time with {small:,} (no bar)", None))
+    return checks
+
+
+def render_reads(stats: ReadStats, plan: Plan, listed: list[Server], command: str, load: float) -> str:
+    labels = {server.key: server.label for server in listed}
+    base = median_rate(stats.get_task["js"]) if "js" in stats.get_task else 0.0
+    small, large = plan.small_store, plan.large_store
+    lines = [
+        "## Reads on the default store (issue 18)",
+        "",
+        f"Measured with `{command}`: {cpu_model()}, {os.cpu_count()} cores, "
+        f"{'server on core 0, load client on core 1' if PINNED else 'unpinned'}; load average {load:.2f} before the "
+        f"run; the Python load client (bench/load.py). GetTask on one finished task, {plan.connections} connections, "
+        f"{plan.rounds} interleaved rounds of {plan.seconds:g} s after {plan.warmup:g} s of warm-up, medians.",
+        "",
+        "| server | GetTask req/s | p99 ms | vs @a2a-js/sdk | server CPU (waited) | client CPU (waited) | req/s per round |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for key in READS_SERVERS:
+        runs = stats.get_task.get(key)
+        if not runs:
+            continue
+        rate = median_rate(runs)
+        lines.append(f"| {labels[key]} | {rate:,.0f} | {median_p99_ms(runs):.1f} | {ratio(rate, base)} "
+                     f"| {cpu(runs, 'server')} | {cpu(runs, 'client')} | {', '.join(f'{r.rate:,.0f}' for r in runs)} |")
+    lines += [
+        "",
+        f"ListTasks' first page ({LIST_PAGE} tasks; a2a-bridge, SQLite; one request at a time, up to "
+        f"{plan.latency_requests} requests; then {AFTER_WRITE_SAMPLES} requests each right after a SendMessage):",
+        "",
+        f"| request | p50 ms at {small:,} | p99 ms at {small:,} | p50 ms at {large:,} | p99 ms at {large:,} "
+        f"| {large:,} / {small:,} (p50) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    pages = [stats.first_page[small].latencies, stats.first_page[large].latencies]
+    for label, (few, many) in (("ListTasks first page", pages),
+                               ("ListTasks first page right after a write", (stats.after_write[small], stats.after_write[large]))):
+        cells = [f"{percentile(values, q) * 1000:.2f}" for values in (few, many) for q in (0.5, 0.99)]
+        lines.append(f"| {label} | {' | '.join(cells)} | {ratio(percentile(many, 0.5), percentile(few, 0.5))} |")
+    lines += ["", "### Acceptance (issue 18, reads)", "",
+              *[f"- {'INFO' if passed is None else 'PASS' if passed else 'FAIL'}: {text}"
+                for text, passed in reads_acceptance(stats, plan)]]
+    return "\n".join(lines)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     root.add_argument("--quick", action="store_true", help="one short round and smaller stores (make bench-quick)")
@@ -803,7 +933,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--large-store", type=int, help="tasks in the large SQLite store")
     root.add_argument("--bridge-root", type=Path, default=ROOT, help="run a2a-bridge from this source tree")
     root.add_argument("--no-write", action="store_true", help=f"print only; do not update {PERFORMANCE.relative_to(ROOT)}")
-    root.add_argument("--only", choices=["replicas"], help="measure only this part (and write only its section)")
+    root.add_argument("--only", choices=["replicas", "reads"], help="measure only this part (and write only its section)")
     return root
 
 
@@ -824,6 +954,14 @@ def main(argv: list[str] | None = None) -> None:
     pg = os.environ.get(PG_URL)
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as scratch, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         results = None if args.only else runner.run(measure_all(plan, listed, Path(scratch)))
+        reads = runner.run(measure_reads_section(plan, listed, Path(scratch))) if args.only in (None, "reads") else None
+        if args.only == "reads":
+            assert reads is not None
+            report = render_reads(reads, plan, listed, command, load)
+            print(report)
+            if not args.no_write:
+                write_doc(report, begin=READS_BEGIN, end=READS_END)
+            return
         if pg:
             progress(f"replicas: two bridge processes on PostgreSQL, {plan.replica_samples} samples of each measure")
         replicas = runner.run(measure_replicas(pg, plan.replica_samples, Path(scratch))) if pg else None
@@ -836,6 +974,11 @@ def main(argv: list[str] | None = None) -> None:
     print(replica_report)
     if not args.no_write:
         write_doc(replica_report, begin=REPLICAS_BEGIN, end=REPLICAS_END)
+    if reads is not None:
+        reads_report = render_reads(reads, plan, listed, command, load)
+        print(reads_report)
+        if not args.no_write:
+            write_doc(reads_report, begin=READS_BEGIN, end=READS_END)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""`StoredTasks`: finished tasks as stored, with their records, kept in memory so that GetTask and the Task Status
+answer them without the database.
+
+Only finished tasks are kept (the task in a terminal state and its record's claim ended): the store never changes
+such a task again but for the claim that ended it writing that same end once more. Every write this process commits
+and every change another replica announces (PostgreSQL's notices) still forgets the task, and a task read from the
+store is kept only when nothing forgot it since the read began (`epoch`), so what is kept is never older than the
+store. Memory is bounded by a number of tasks and by the bytes of their protobuf encoding; the task read least
+recently goes first."""
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from a2a.types import Task
+
+from a2a_bridge.ledger import TaskRecord, ended
+from a2a_bridge.states import is_terminal
+
+MAX_TASKS = 10_000
+MAX_BYTES = 16 * 1024 * 1024
+"""Bytes of the kept tasks' protobuf encoding (their objects take a few times that in memory)."""
+FORGOTTEN = 4_096
+"""Recently forgotten task ids remembered with when they were forgotten; a read that began before the oldest of them
+is not kept (it cannot tell whether its task was among those forgotten earlier)."""
+
+
+class StoredTasks:
+    """A bounded, least-recently-read-first cache of finished tasks and their records (read only: callers copy)."""
+
+    def __init__(self, max_tasks: int = MAX_TASKS, max_bytes: int = MAX_BYTES) -> None:
+        self.max_tasks, self.max_bytes = max_tasks, max_bytes
+        self._entries: OrderedDict[str, tuple[Task, TaskRecord, int]] = OrderedDict()
+        self._forgotten: OrderedDict[str, int] = OrderedDict()
+        self._epoch = 0
+        self._floor = 0
+        """The epoch of the oldest forget no longer remembered in `_forgotten`."""
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def active(self) -> bool:
+        """Whether it keeps any task (a memory store's host keeps none)."""
+        return self.max_tasks > 0 and self.max_bytes > 0
+
+    def epoch(self) -> int:
+        """Take before reading a task from the store, and pass to `keep`."""
+        return self._epoch
+
+    def get(self, task_id: str) -> tuple[Task, TaskRecord] | None:
+        entry = self._entries.get(task_id)
+        if entry is None:
+            return None
+        self._entries.move_to_end(task_id)
+        return entry[0], entry[1]
+
+    def keep(self, task: Task, record: TaskRecord, since: int) -> None:
+        """Keep a task read from the store (with its record) after `epoch()` answered `since`, if it has finished and
+        nothing forgot it since; the least recently read go while the bounds are passed."""
+        if not (is_terminal(task.status.state) and ended(record)) or task.id != record.task_id:
+            return
+        if since < self._floor or self._forgotten.get(task.id, -1) > since:
+            return
+        size = task.ByteSize()
+        if size > self.max_bytes or not self.active:
+            return
+        self._drop(task.id)
+        self._entries[task.id] = (task, record, size)
+        self.bytes += size
+        while len(self._entries) > self.max_tasks or self.bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def forget(self, task_ids: Iterable[str]) -> None:
+        """Tasks a write (this process's or another replica's) may have changed."""
+        for task_id in task_ids:
+            self._epoch += 1
+            self._drop(task_id)
+            self._forgotten[task_id] = self._epoch
+            self._forgotten.move_to_end(task_id)
+            if len(self._forgotten) > FORGOTTEN:
+                self._floor = self._forgotten.popitem(last=False)[1]
+
+    def _drop(self, task_id: str) -> None:
+        entry = self._entries.pop(task_id, None)
+        if entry is not None:
+            self.bytes -= entry[2]
