@@ -27,7 +27,6 @@ from a2a_bridge.task_host import TaskHost
 from a2a_bridge.agents import bench
 from bench.populate import clone_tasks
 from tests.support import A2A, rpc, serve_in_thread, user_message, wait_for
-from tests.test_replicas import pg_database  # noqa: F401 - the fixture of a fresh PostgreSQL database
 
 
 def finished(task_id: str, text: str = "x") -> tuple[Task, TaskRecord]:
