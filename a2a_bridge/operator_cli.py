@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+from httpx_sse import connect_sse
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
@@ -73,13 +74,14 @@ class Operator:
     def status_stream(self, path: str) -> Iterator[dict[str, Any]]:
         """Each status object the server sends on a status stream, until it closes the stream after the terminal one."""
         try:
-            with self.http.stream("GET", path, timeout=httpx.Timeout(30, read=None)) as response:
+            with connect_sse(self.http, "GET", path, timeout=httpx.Timeout(30, read=None)) as events:
+                response = events.response
                 if not response.is_success:
                     response.read()
                     raise CommandError(f"GET {path}: {response.status_code} {error_message(response)}")
-                for line in response.iter_lines():
-                    if line.startswith("data:"):
-                        yield json.loads(line.removeprefix("data:"))
+                for event in events.iter_sse():
+                    if event.data:
+                        yield event.json()
         except httpx.HTTPError as error:
             raise CommandError(f"cannot reach {self.url}: {error}") from error
 

@@ -42,10 +42,11 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.constants import TransportProtocol
-from a2a.utils.errors import A2AError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import A2AError, TaskNotCancelableError
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
 from a2a_bridge.live_tasks import canceled_text
+from a2a_bridge.remote_faults import Patience, RemoteFailure, classify
 from a2a_bridge.states import UnknownStateError, is_interrupted, is_terminal, row_for
 
 REMOTE_EXTENSION = "urn:a2a-bridge:ext:remote:v1"
@@ -53,10 +54,6 @@ REMOTE_EXTENSION = "urn:a2a-bridge:ext:remote:v1"
 DEFAULT_TIMEOUT = 30.0
 POLL_INTERVAL = 0.5
 """Seconds between two reads of a remote task that is followed by polling (or whose stream ended early)."""
-FIRST_BACKOFF = 0.25
-MAX_BACKOFF = 2.0
-MAX_ATTEMPTS = 40
-"""Retries of one failing call, on top of the time bound (`--remote-timeout` after the first failure)."""
 MAX_TURN = 24 * 3600.0
 """The longest one turn follows a remote task that keeps answering."""
 FORWARDED = uuid.UUID("6f1d2c1e-8a4b-4e0c-9a57-2f1b9d3c7e10")
@@ -90,90 +87,6 @@ class RemoteLink:
 def forwarded_id(task_id: str, message_id: str) -> str:
     """The messageId under which the caller's message to our task is forwarded: the same on every attempt."""
     return str(uuid.uuid5(FORWARDED, f"{task_id}/{message_id}"))
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One failed call to the remote agent, in our own words."""
-
-    detail: str
-    transient: bool
-    network: bool = False
-    """The remote agent could not be reached or stopped answering (rather than answering wrongly)."""
-    undelivered: bool = False
-    """The request never reached the remote agent (the connection could not be made): sending it again is safe."""
-    vanished: bool = False
-
-
-class RemoteFailure(Exception):
-    """The turn cannot go on: `text` is the status message our task ends with."""
-
-    def __init__(self, text: str, detail: str) -> None:
-        super().__init__(text)
-        self.text = text
-        self.detail = detail
-
-
-def classify(error: BaseException, timeout: float) -> Problem:
-    """What went wrong, without the exception's own text (it may name hosts, paths or internals)."""
-    if isinstance(error, TaskNotFoundError):
-        return Problem("the remote task no longer exists", transient=False, vanished=True)
-    if isinstance(error, UnsupportedOperationError):
-        return Problem("it refused the operation", transient=True)
-    if isinstance(error, UnknownStateError):
-        return Problem("it reported a task state the bridge does not know", transient=False)
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
-            return Problem("the connection could not be made", transient=True, network=True, undelivered=True)
-        if isinstance(cause, httpx.TimeoutException):
-            return Problem(f"no answer within {timeout:g} s", transient=True, network=True)
-        if isinstance(cause, httpx.HTTPStatusError):
-            status = cause.response.status_code
-            return Problem(f"it answered HTTP {status}", transient=status >= 500 or status == 429)
-        if isinstance(cause, httpx.TransportError):
-            return Problem("the connection dropped", transient=True, network=True)
-        cause = cause.__cause__
-    if isinstance(error, A2AError) and not isinstance(error, A2AClientError):
-        return Problem(f"it answered with an error ({type(error).__name__})", transient=False)
-    return Problem("it sent a response the bridge cannot read", transient=False)
-
-
-class Patience:
-    """Bounded retries: a failing call is retried with backoff for at most `timeout` seconds after the first failure
-    in a row (and at most MAX_ATTEMPTS times); any progress starts the count again."""
-
-    def __init__(self, agent: str, timeout: float) -> None:
-        self.agent = agent
-        self.timeout = timeout
-        self.since: float | None = None
-        self.attempts = 0
-
-    def reset(self) -> None:
-        self.since, self.attempts = None, 0
-
-    def budget(self) -> float:
-        """Seconds the next call may take: the timeout, or what is left of it while failures repeat."""
-        if self.since is None:
-            return self.timeout
-        return max(0.1, self.since + self.timeout - asyncio.get_running_loop().time())
-
-    async def wait(self, problem: Problem) -> None:
-        """Sleep before the next attempt, or raise RemoteFailure when the problem is permanent or time is up."""
-        if not problem.transient:
-            raise RemoteFailure(f"The remote agent {self.agent} failed: {problem.detail}.", problem.detail)
-        now = asyncio.get_running_loop().time()
-        if self.since is None:
-            self.since = now
-        self.attempts += 1
-        left = self.since + self.timeout - now
-        if left <= 0 or self.attempts >= MAX_ATTEMPTS:
-            verdict = "is unreachable" if problem.network else "keeps failing"
-            raise RemoteFailure(
-                f"The remote agent {self.agent} {verdict}: {problem.detail} (retried for {self.timeout:g} s).",
-                problem.detail,
-            )
-        await asyncio.sleep(min(FIRST_BACKOFF * 2 ** (self.attempts - 1), MAX_BACKOFF, left))
 
 
 def agent_message(text: str) -> Message:
@@ -378,32 +291,36 @@ class RemoteAgent(AgentExecutor):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MAX_TURN
         while loop.time() < deadline:
-            progress = mirror.progress
-            try:
-                if await self._step(client, mirror, outgoing, patience):
-                    return
-                patience.reset()
-                await asyncio.sleep(POLL_INTERVAL)
-            except (A2AError, httpx.HTTPError, ParseError, ValueError) as error:
-                problem = classify(error, self.timeout)
-                if problem.vanished and mirror.link is not None:
-                    raise RemoteFailure(
-                        f"The remote agent {self.name} no longer has task {mirror.link.task_id}: the remote task "
-                        "vanished, and with it the work of this turn.",
-                        problem.detail,
-                    ) from None
-                if mirror.link is None and problem.network and not problem.undelivered:
-                    raise RemoteFailure(
-                        f"The remote agent {self.name} did not confirm the message ({problem.detail}); it was not "
-                        "sent again, so that it cannot run twice.",
-                        problem.detail,
-                    ) from None
-                if mirror.link is None and not problem.undelivered:
-                    problem = replace(problem, transient=False)
-                if mirror.progress != progress:
-                    patience.reset()
-                await patience.wait(problem)
+            if await patience.retry(self._attempt, client, mirror, outgoing, patience):
+                return
+            await asyncio.sleep(POLL_INTERVAL)
         raise RemoteFailure(f"The remote agent {self.name} did not finish the turn within {MAX_TURN:g} s.", "too long")
+
+    async def _attempt(self, client: Client, mirror: Mirror, outgoing: Message, patience: Patience) -> bool:
+        """One step, its failure judged: True once the turn is over; False when it is not, or when a transient failure
+        came after progress (the next round of retries counts from there)."""
+        progress = mirror.progress
+        try:
+            return await self._step(client, mirror, outgoing, patience)
+        except (A2AError, httpx.HTTPError, ParseError, ValueError) as error:
+            problem = classify(error, self.timeout)
+            if problem.vanished and mirror.link is not None:
+                raise RemoteFailure(
+                    f"The remote agent {self.name} no longer has task {mirror.link.task_id}: the remote task "
+                    "vanished, and with it the work of this turn.",
+                    problem.detail,
+                ) from None
+            if mirror.link is None and problem.network and not problem.undelivered:
+                raise RemoteFailure(
+                    f"The remote agent {self.name} did not confirm the message ({problem.detail}); it was not "
+                    "sent again, so that it cannot run twice.",
+                    problem.detail,
+                ) from None
+            if mirror.link is None and not problem.undelivered:
+                problem = replace(problem, transient=False)
+            if problem.transient and mirror.progress != progress:
+                return False
+            raise patience.failure(problem) from None
 
     async def _step(self, client: Client, mirror: Mirror, outgoing: Message, patience: Patience) -> bool:
         """One attempt: send the message, or read the remote task and follow it; True once the turn is over."""
@@ -460,7 +377,8 @@ class RemoteAgent(AgentExecutor):
     async def _cancel_remote(self, client: Client, link: RemoteLink) -> Task:
         """CancelTask on the remote task; the task as it ended when it had ended first."""
         patience = Patience(self.name, self.timeout)
-        while True:
+
+        async def attempt() -> Task:
             call = ClientCallContext(timeout=patience.budget())
             try:
                 try:
@@ -468,4 +386,6 @@ class RemoteAgent(AgentExecutor):
                 except TaskNotCancelableError:
                     return await client.get_task(GetTaskRequest(id=link.task_id), context=call)
             except (A2AError, httpx.HTTPError, ParseError, ValueError) as error:
-                await patience.wait(classify(error, self.timeout))
+                raise patience.failure(classify(error, self.timeout)) from None
+
+        return await patience.retry(attempt)

@@ -19,15 +19,8 @@ from a2a_bridge.agent import NAME
 from a2a_bridge.app import AgentSpec
 from a2a_bridge.arg_types import positive_seconds
 from a2a_bridge.config import ENV_CONFIG, ConfigError
-from a2a_bridge.remote import (
-    DEFAULT_TIMEOUT,
-    MAX_REMOTES,
-    REMOTE_EXTENSION,
-    Patience,
-    RemoteAgent,
-    RemoteFailure,
-    classify,
-)
+from a2a_bridge.remote import DEFAULT_TIMEOUT, MAX_REMOTES, REMOTE_EXTENSION, RemoteAgent
+from a2a_bridge.remote_faults import Patience, RemoteFailure, classify
 from a2a_bridge.task_status import who_must_act_extension
 
 
@@ -67,11 +60,14 @@ async def fetch_card(name: str, url: str, timeout: float) -> AgentCard:
         base, path = url.rstrip("/"), AGENT_CARD_WELL_KNOWN_PATH
     patience = Patience(name, timeout)
     async with httpx.AsyncClient(timeout=timeout) as http:
-        while True:
+
+        async def attempt() -> AgentCard:
             try:
                 return await A2ACardResolver(http, base, agent_card_path=path).get_agent_card()
             except AgentCardResolutionError as error:
-                await patience.wait(classify(error, timeout))
+                raise patience.failure(classify(error, timeout)) from None
+
+        return await patience.retry(attempt)
 
 
 def remote_arg(text: str) -> tuple[str, str]:

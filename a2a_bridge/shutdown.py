@@ -3,7 +3,11 @@ at once (the events sent stay whole, the chunked body is closed, so a client see
 connection); requests in flight get half of `shutdown_timeout`, after which uvicorn cancels them (503 for those not
 answered yet); then the app's
 lifespan shutdown runs (each agent's host stops, queued webhooks drain) in what is left. Past `shutdown_timeout`
-the server stops waiting and the process ends."""
+the server stops waiting and the process ends.
+
+`Draining` is the only thing that ends event streams: sse-starlette (the SDK's event streams) would end its own at a
+shutdown too, by a watcher it starts on a patch of uvicorn's `handle_exit`, but without closing the chunked body, so
+a client whose stream it ended first saw a broken connection; `BoundedServer` turns that drain off."""
 
 import asyncio
 import logging
@@ -11,6 +15,7 @@ import socket
 from types import FrameType
 
 import uvicorn
+from sse_starlette.sse import AppStatus
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -77,6 +82,7 @@ class BoundedServer(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, draining: Draining, limit: float, group: list["BoundedServer"]) -> None:
         config.timeout_graceful_shutdown = max(limit / 2, 0.1)
+        AppStatus.disable_automatic_graceful_drain()
         super().__init__(config)
         self.draining = draining
         self.limit = limit

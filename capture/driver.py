@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from httpx_sse import EventSource
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response as HttpResponse
@@ -321,7 +322,7 @@ class Stream:
     def __init__(self, capture: Capture, block: Recorded, live: httpx.Response) -> None:
         self.capture = capture
         self.block = block
-        self._lines = live.aiter_lines()
+        self._events = EventSource(live).aiter_sse()
         self.frames: list[str] = []
 
     async def take(self, count: int) -> list[Any]:
@@ -344,15 +345,12 @@ class Stream:
         return events
 
     async def _next(self) -> Any | None:
-        data: list[str] = []
-        async for line in self._lines:
-            if line.startswith("data:"):
-                data.append(line[len("data:"):].strip())
-            elif not line and data:
+        async for sse in self._events:
+            if sse.data:
                 break
-        if not data:
+        else:
             return None
-        event = json.loads("\n".join(data))
+        event = sse.json()
         self.frames.append(self.capture.display(compact(canonical(event))))
         assert self.block.response is not None
         response = self.block.response

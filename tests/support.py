@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 import uvicorn
+from httpx_sse import EventSource
 from starlette.types import ASGIApp
 
 T = TypeVar("T")
@@ -181,12 +182,8 @@ def user_message(text: str, message_id: str, **extra: str) -> dict:
 def rpc_stream(base: str, method: str, params: dict, rpc_id: int = 1, headers: dict | None = None) -> list[dict]:
     """One streaming JSON-RPC call; returns the envelope of each SSE frame, in order, until the server closes."""
     body = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
-    frames: list[dict] = []
     with httpx.stream("POST", f"{base}/a2a/jsonrpc", json=body, headers={**A2A, **(headers or {})}, timeout=30) as response:
         assert response.status_code == 200, response.read()
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return [json.loads(response.read())]
-        for line in response.iter_lines():
-            if line.startswith("data:"):
-                frames.append(json.loads(line.removeprefix("data:").strip()))
-    return frames
+        return [event.json() for event in EventSource(response).iter_sse() if event.data]
