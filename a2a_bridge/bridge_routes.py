@@ -322,15 +322,14 @@ class BridgeEndpoints:
 
     async def answer(self, route: ActionRoute, request: Request) -> Response:
         """The user who must act answers a pending request of the route's action; anyone else is told the task does
-        not exist. An anonymous caller is refused from the record alone on a task with an owner, as an unknown id is."""
+        not exist. The record and the task are read for every caller, an unknown id too, so that a refusal and an
+        unknown id cost the same."""
         task_id = request.path_params["task_id"]
         caller = self.caller(request).user.user_name
         record = await self.host.ledger.get(task_id)
-        if record is None or record.agent != self.host.agent or (record.owner and not caller):
-            return not_found(task_id)
-        owner = owner_context(record.owner)
+        owner = owner_context(record.owner if record is not None else "")
         found = await self.host.task_and_record(task_id, owner)
-        if found is None:
+        if found is None or record is None or record.agent != self.host.agent or (record.owner and not caller):
             return not_found(task_id)
         task, record = found
         pending = [
