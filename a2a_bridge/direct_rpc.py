@@ -17,7 +17,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes import jsonrpc_dispatcher
-from a2a.types import GetTaskRequest, SendMessageRequest, Task
+from a2a.types import GetTaskRequest, SendMessageRequest, SendMessageResponse, Task
 from a2a.utils import telemetry
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.message import Message as ProtoMessage
@@ -45,10 +45,12 @@ RequestId = str | int | None
 async def send_message(
     handler: RequestHandler, params: SendMessageRequest, context: ServerCallContext
 ) -> dict[str, Any]:
-    """`SendMessage` as the dispatcher's `_handle_send_message` answers it (`MessageToDict` of a
-    `SendMessageResponse`: the task or the message under its field name), without copying the result into one."""
+    """`SendMessage` as the dispatcher's `_handle_send_message` answers it. The result is copied into a
+    `SendMessageResponse` as there: the copy decides the order of a Struct's keys (metadata, data parts)."""
     result = await handler.on_message_send(params, context)
-    return {"task" if isinstance(result, Task) else "message": to_dict(result)}
+    if isinstance(result, Task):
+        return to_dict(SendMessageResponse(task=result))
+    return to_dict(SendMessageResponse(message=result))
 
 
 async def get_task(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
