@@ -2,9 +2,10 @@
 
 Each server runs the same trivial agent (agents/bench.py; interop/js/bench-server.mjs for Node) on 127.0.0.1, one at
 a time, pinned to core 0 with taskset while this client runs on core 1 (the timed load runs by wrk where it is
-installed, bench/wrk.py, else by the Python client, bench/load.py; the client's CPU is reported beside the server's); the servers are interleaved and the rounds
-repeated, and the table of medians (with ratios against the stock SDK measured in the same command) is printed and
-written into docs/PERFORMANCE.md. Every run is bounded by a request count and a time limit.
+installed, bench/wrk.py, else by the Python client, bench/load.py; the client's CPU is reported beside the
+server's); the servers are interleaved and the rounds repeated, and the table of medians (with ratios against the
+stock SDK measured in the same command) is printed and written into docs/PERFORMANCE.md. Every run is bounded by a
+request count and a time limit.
 """
 
 import argparse
