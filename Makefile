@@ -24,10 +24,13 @@ test: $(STAMP) ## run the test suite (~11-15 min; skips what needs ../shared, Po
 tck: $(STAMP) ## the A2A TCK (../shared/a2a-tck, copied to .tck/ with its own venv) against the conformance agent on every binding (~3 min)
 	$(BIN)/python -m tck_run.run $(TCK_ARGS)
 
-# @a2a-js/sdk where npm is installed.
+# @a2a-js/sdk where npm is installed; wrk (the load generator of the timed runs) where apt is and wrk is not.
 bench-setup: $(STAMP)
 	@if command -v npm >/dev/null && [ ! -d interop/js/node_modules/@a2a-js/sdk ]; then \
 		npm ci --prefix interop/js --no-audit --no-fund --loglevel=error; fi
+	@if ! command -v wrk >/dev/null && command -v apt-get >/dev/null; then \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y wrk >/dev/null \
+		|| echo "wrk not installed: the timed runs use the Python client (bench/load.py)"; fi
 
 bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~6-12 min)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

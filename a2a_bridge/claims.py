@@ -1,8 +1,7 @@
 """Claims after the Open Agent Bridge: the transition reference as one data table, and the pure checks that read it."""
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -131,14 +130,15 @@ def apply(claim: Claim, op: Op, now: datetime, lease: timedelta = DEFAULT_LEASE)
     target = row.target
     if op.operation == "request_cancel":
         target = NEEDS_RECONCILIATION if claim.state == NEEDS_RECONCILIATION else CANCEL_REQUESTED
-        return replace(claim, state=target, cancellation_requested=True)
-    changes: dict[str, Any] = {"state": target}
+        return Claim(target, claim.claim_generation, claim.session_generation, claim.lease_until, True, claim.stage)
+    generation, session = claim.claim_generation, claim.session_generation
+    lease_until, stage = claim.lease_until, claim.stage
     if op.operation in NEW_GENERATION:
-        changes.update(claim_generation=claim.claim_generation + 1, session_generation=op.session)
+        generation, session = generation + 1, op.session
     if op.operation == "open_window":
-        changes.update(lease_until=now + timedelta(seconds=op.window_seconds or 0), stage=op.stage)
+        lease_until, stage = now + timedelta(seconds=op.window_seconds or 0), op.stage
     elif op.operation in EXTENDS_LEASE:
-        changes.update(lease_until=now + lease, stage=None)
+        lease_until, stage = now + lease, None
     if target in TERMINAL or target in (AWAITING_REPLY, NEEDS_RECONCILIATION):
-        changes.update(lease_until=None, stage=None)
-    return replace(claim, **changes)
+        lease_until, stage = None, None
+    return Claim(target, generation, session, lease_until, claim.cancellation_requested, stage)

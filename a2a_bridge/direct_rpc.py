@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_bridge.auth import BridgeContextBuilder
+from a2a_bridge.json_bodies import FastJSONResponse
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
 from a2a_bridge.limits import PARSED_BODY
 from a2a_bridge.proto_json import from_dict, to_dict
@@ -44,7 +45,8 @@ RequestId = str | int | None
 async def send_message(
     handler: RequestHandler, params: SendMessageRequest, context: ServerCallContext
 ) -> dict[str, Any]:
-    """`SendMessage` as the dispatcher's `_handle_send_message` answers it."""
+    """`SendMessage` as the dispatcher's `_handle_send_message` answers it. The result is copied into a
+    `SendMessageResponse` as there: the copy decides the order of a Struct's keys (metadata, data parts)."""
     result = await handler.on_message_send(params, context)
     if isinstance(result, Task):
         return to_dict(SendMessageResponse(task=result))
@@ -145,7 +147,7 @@ class DirectRpc:
                 result = JSONRPC20Response(result=await call(self.handler, params, context), _id=request_id).data
             except A2AError as e:
                 result = build_error_response(request_id, e)
-            return JSONResponse(result)
+            return FastJSONResponse(result)
         except A2AError as e:
             return self.dispatcher._generate_error_response(request_id, e)
         except Exception as e:  # as the dispatcher: logged, and a generic -32603

@@ -4,9 +4,7 @@ replicas receive it: the row of a message names the session sending it, a retry 
 takes the message over (compare-and-set) only once it is gone."""
 
 import asyncio
-import contextlib
 import hashlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -58,17 +56,17 @@ class Retries:
         self._busy: dict[Key, asyncio.Event] = {}
         host.on_reply = self._keep_reply
 
-    @contextlib.asynccontextmanager
-    async def _exclusive(self, key: Key) -> AsyncIterator[None]:
-        """One decision at a time per message in this process: remember it, then send, replay or wait."""
+    async def _enter(self, key: Key) -> asyncio.Event:
+        """One decision at a time per message in this process: wait for the one under way, then take the key (hand
+        the event back to `_leave`)."""
         while (busy := self._busy.get(key)) is not None:
             await busy.wait()
         done = self._busy[key] = asyncio.Event()
-        try:
-            yield
-        finally:
-            del self._busy[key]
-            done.set()
+        return done
+
+    def _leave(self, key: Key, done: asyncio.Event) -> None:
+        del self._busy[key]
+        done.set()
 
     async def send(self, request: SendMessageRequest, context: ServerCallContext, listener: Listener) -> str:
         """TaskHost.send for a message not sent before; for a retry, the listener gets what the first send produced
@@ -81,7 +79,8 @@ class Retries:
         if self.host.session_lost:
             raise errors.no_session()
         while True:
-            async with self._exclusive(key):
+            done = await self._enter(key)
+            try:
                 try:
                     sent = await self.host.ledger.remember(self.host.agent, *key, SentMessage(digest, task_id, None, session))
                 except Exception as error:
@@ -97,6 +96,8 @@ class Retries:
                 if answered is not None:
                     return answered
                 job = self.host.sending.get(key)
+            finally:
+                self._leave(key, done)
             await self._wait(job, changed)
 
     async def _answer(

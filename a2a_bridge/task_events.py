@@ -1,6 +1,6 @@
 """Pure rules for folding an agent's events into a Task, as the kit's server does."""
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from a2a.types import (
     Message,
@@ -11,16 +11,26 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from a2a_bridge.states import is_terminal
 
 Event = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def stamp(timestamp: Timestamp, now: datetime) -> None:
+    """`timestamp.FromDatetime(now)` (a naive time taken as UTC) without its detour through a time tuple."""
+    since = (now if now.tzinfo is not None else now.replace(tzinfo=UTC)) - EPOCH
+    timestamp.seconds = since.days * 86_400 + since.seconds
+    timestamp.nanos = since.microseconds * 1_000
 
 
 def new_task(task_id: str, context_id: str, message: Message, now: datetime) -> Task:
     """A SUBMITTED task whose history holds the message that created it."""
     task = Task(id=task_id, context_id=context_id)
     task.status.state = TaskState.TASK_STATE_SUBMITTED
-    task.status.timestamp.FromDatetime(now)
+    stamp(task.status.timestamp, now)
     entry = task.history.add()
     entry.CopyFrom(message)
     entry.task_id = task_id
@@ -34,7 +44,7 @@ def set_status(task: Task, status: TaskStatus, now: datetime) -> None:
         task.history.append(task.status.message)
     task.status.CopyFrom(status)
     if not task.status.HasField("timestamp"):
-        task.status.timestamp.FromDatetime(now)
+        stamp(task.status.timestamp, now)
     if task.status.HasField("message"):
         task.status.message.task_id = task.id
         task.status.message.context_id = task.context_id
@@ -50,7 +60,7 @@ def add_user_input(task: Task, message: Message, now: datetime) -> None:
     entry.task_id = task.id
     entry.context_id = task.context_id
     task.status.state = TaskState.TASK_STATE_WORKING
-    task.status.timestamp.FromDatetime(now)
+    stamp(task.status.timestamp, now)
 
 
 def append_artifact(task: Task, event: TaskArtifactUpdateEvent) -> None:

@@ -129,11 +129,14 @@ class TaskWriter:
         """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
         now = self.env.clock.now()
         claim = live.record.claim
-        op = replace(
-            op,
-            generation=claim.claim_generation if op.generation is None else op.generation,
-            session=op.session or claim.session_generation,
-            evidence=evidence,
+        op = Op(
+            op.operation,
+            claim.claim_generation if op.generation is None else op.generation,
+            op.session or claim.session_generation,
+            evidence,
+            op.local_operation_stopped,
+            op.window_seconds,
+            op.stage,
         )
         updated = claims.apply(claim, op, now, self.env.settings.lease)
         live.record.claim = updated
@@ -184,9 +187,9 @@ class TaskWriter:
     async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
         env = self.env
         async with live.save_lock:
-            stored = replace(live.record)
             record = live.record
             before = record.revision
+            stored = (record.state, record.notifications, record.idle_expires_at)
             record.revision += changes
             record.state = state_name(persisted.status.state)
             record.notifications = next_notifications(record.notifications, persisted, record.responsible_user, env.clock.now())
@@ -205,8 +208,8 @@ class TaskWriter:
             try:
                 await env.ledger.save(env.store, persisted, live.owner, record, posted, new=live.durable is None, log=logged)
             except Exception as error:
-                record.revision, record.state = stored.revision, stored.state
-                record.notifications, record.idle_expires_at = stored.notifications, stored.idle_expires_at
+                record.revision = before
+                record.state, record.notifications, record.idle_expires_at = stored
                 live.claim_log[:0] = posted
                 raise self._fault(live, error) from error
             live.durable = (persisted, record.copy())
@@ -374,7 +377,8 @@ class TaskWriter:
 
     def end_turn(self, live: LiveTask, turn: int) -> None:
         """Tell the turn's listeners it is over; streams still open across AUTH_REQUIRED follow the task on."""
-        self.publish(live, turn, TurnEnded(snapshot(live.task)))
+        if any(listener.wants(turn) for listener in live.listeners):
+            self.publish(live, turn, TurnEnded(snapshot(live.task)))
         live.listeners = [
             listener
             for listener in live.listeners

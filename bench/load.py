@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import cast
 
@@ -155,6 +155,19 @@ async def drive(
     run.server_wait = (wait_seconds(server_pid) - server_waited) / run.elapsed
     run.client_wait = (wait_seconds(os.getpid()) - client_waited) / run.elapsed
     return run
+
+
+async def sse_events(reader: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, int]]:
+    """Each event of a chunked `text/event-stream` body (the head already read) with the wall-clock time, in
+    nanoseconds, of the chunk that completed it; ends with the body's last chunk."""
+    pending = b""
+    while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+        chunk = (await reader.readexactly(size + 2))[:-2]
+        arrival = time.time_ns()
+        pending = (pending + chunk).replace(b"\r\n", b"\n")
+        *complete, pending = pending.split(b"\n\n")
+        for event in complete:
+            yield event, arrival
 
 
 def wait_seconds(pid: int | None) -> float:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import asyncpg
 
-from bench.status_poll import A2A_HEADERS, HOST, START_TIMEOUT, call, free_port, http_request
+from bench.load import sse_events
+from bench.status_poll import A2A_HEADERS, HOST, START_TIMEOUT, call, free_port, http_request, stop
 
 AGENT = "bench"
 PATH = f"/{AGENT}/a2a/jsonrpc"
@@ -80,12 +81,7 @@ def replica(database: str, scratch: Path, name: str) -> Iterator[int]:
             time.sleep(0.05)
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process)
 
 
 def call_ready(port: int) -> bool:
@@ -125,18 +121,12 @@ async def subscribed(port: int, task_id: str) -> list[tuple[int, int]] | None:
             return None
         events: list[tuple[int, int]] = []
         frames = 0
-        pending = b""
-        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-            chunk = (await reader.readexactly(size + 2))[:-2]
-            arrival = time.time_ns()
-            pending = (pending + chunk).replace(b"\r\n", b"\n")
-            *complete, pending = pending.split(b"\n\n")
-            for frame in complete:
-                frames += 1
-                if frames > 1 and (emitted := emit_of(frame)) is not None:
-                    events.append((emitted, arrival))
-                if b"TASK_STATE_COMPLETED" in frame and b"statusUpdate" in frame:
-                    return events
+        async for frame, arrival in sse_events(reader):
+            frames += 1
+            if frames > 1 and (emitted := emit_of(frame)) is not None:
+                events.append((emitted, arrival))
+            if b"TASK_STATE_COMPLETED" in frame and b"statusUpdate" in frame:
+                break
         return events
     finally:
         writer.close()

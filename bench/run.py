@@ -1,9 +1,11 @@
 """`make bench`: a2a-bridge side by side with the stock a2a-sdk server, @a2a-js/sdk's server and a bare Starlette echo.
 
 Each server runs the same trivial agent (agents/bench.py; interop/js/bench-server.mjs for Node) on 127.0.0.1, one at
-a time, pinned to core 0 with taskset while this client runs on core 1; the servers are interleaved and the rounds
-repeated, and the table of medians (with ratios against the stock SDK measured in the same command) is printed and
-written into docs/PERFORMANCE.md. Every run is bounded by a request count and a time limit.
+a time, pinned to core 0 with taskset while this client runs on core 1 (the timed load runs by wrk where it is
+installed, bench/wrk.py, else by the Python client, bench/load.py; the client's CPU is reported beside the
+server's); the servers are interleaved and the rounds repeated, and the table of medians (with ratios against the
+stock SDK measured in the same command) is printed and written into docs/PERFORMANCE.md. Every run is bounded by a
+request count and a time limit.
 """
 
 import argparse
@@ -29,7 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.load import RequestFor, drive, event_loop_factory
+from bench.load import RequestFor, drive, event_loop_factory, sse_events
+from bench.wrk import PLACEHOLDER
+from bench import wrk
 from bench.populate import clone_tasks
 from bench.replicas import WARMUP, ReplicaStats, measure_replicas, replicas_acceptance, replicas_table
 from bench.status_poll import (
@@ -45,6 +49,7 @@ from bench.status_poll import (
     free_port,
     http_request,
     requests_for,
+    stop,
     two_cores,
 )
 
@@ -55,7 +60,6 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 REPLICAS_BEGIN, REPLICAS_END = "<!-- bench:replicas:begin -->", "<!-- bench:replicas:end -->"
 """The replica section has its own markers, so `--only replicas` rewrites it alone."""
 AGENT = "bench"
-STOP_TIMEOUT = 10.0
 SETTLE = 1.0
 """Seconds a server is left idle before its RSS is read."""
 STREAM_TIMEOUT = 30.0
@@ -67,10 +71,11 @@ CONTENDED = 0.10
 once, and the calmer of the two kept."""
 COMPLETED = b'"TASK_STATE_COMPLETED"'
 INPUT_REQUIRED = b'"TASK_STATE_INPUT_REQUIRED"'
-PLACEHOLDER = "@@@@@@@@@@"
 EMIT = re.compile(rb"emit=(\d+) seq=(\d+)")
 TASK_ID = re.compile(rb'"task":\s*\{"id":\s*"([^"]+)"')
 PG_URL = "A2A_BRIDGE_PG_URL"
+WRK = wrk.installed()
+"""Whether the timed load runs go through wrk (bench/wrk.py) rather than the Python client (bench/load.py)."""
 PINNED = two_cores() and shutil.which("taskset") is not None
 """Whether servers run on core 0 and the client on core 1; decided before the client pins itself."""
 
@@ -255,12 +260,7 @@ def running(server: Server, scratch: Path) -> Iterator[Started]:
         wait_listening(server.label, port, process, log)
         yield Started(process, port, server, database)
     finally:
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT)
+        stop(process)
 
 
 def wait_listening(label: str, port: int, process: "subprocess.Popen[bytes]", log: Path) -> None:
@@ -290,16 +290,27 @@ def message_body(method: str, text: str, message_id: str) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
 
 
-def send_requests(started: Started, text: str = "hello") -> RequestFor:
-    """SendMessage requests, each with its own messageId (the bridge answers a repeated one as a retry)."""
+def send_request(started: Started, text: str = "hello") -> bytes:
+    """A SendMessage request whose messageId ends in PLACEHOLDER, numbered anew each time it is sent (the bridge
+    answers a repeated messageId as a retry); the run's tag keeps the ids of two runs apart."""
     tag = f"b{time.time_ns():x}-"
     body = json.dumps(message_body("SendMessage", text, tag + PLACEHOLDER)).encode()
-    before, after = http_request("POST", started.server.path, started.port, A2A_HEADERS, body).split(PLACEHOLDER.encode())
+    return http_request("POST", started.server.path, started.port, A2A_HEADERS, body)
 
-    def request_for(index: int) -> bytes:
-        return b"%s%010d%s" % (before, index, after)
 
-    return request_for
+def numbered(request: bytes) -> RequestFor:
+    """The Python client's requests: PLACEHOLDER (where the request holds it) replaced by each request's index."""
+    if PLACEHOLDER.encode() not in request:
+        return repeat(request)
+    before, after = request.split(PLACEHOLDER.encode())
+    return lambda index: b"%s%010d%s" % (before, index, after)
+
+
+async def load_run(name: str, started: Started, request: bytes, expected: int, load: Load, needle: bytes = b"") -> Run:
+    """One timed load run against a server: through wrk where it is installed, else the Python client."""
+    if WRK:
+        return await wrk.drive(name, started.port, request, expected, load, started.pid, needle)
+    return await drive(name, started.port, numbered(request), expected, load, started.pid, needle)
 
 
 def repeat(request: bytes) -> RequestFor:
@@ -351,10 +362,8 @@ def summary(run: Run) -> str:
 async def measure_send(started: Started, plan: Plan) -> Run:
     load = Load(plan.connections, MAX_REQUESTS, plan.seconds)
     checked_send(started)
-    await drive("warmup", started.port, send_requests(started), 200, replace(load, seconds=plan.warmup))
-    run = await steady(lambda: drive(
-        "SendMessage", started.port, send_requests(started), 200, load, started.pid, started.server.needle
-    ))
+    await load_run("warmup", started, send_request(started), 200, replace(load, seconds=plan.warmup))
+    run = await steady(lambda: load_run("SendMessage", started, send_request(started), 200, load, started.server.needle))
     progress(f"  {started.server.label}: SendMessage {summary(run)}")
     return run
 
@@ -374,10 +383,8 @@ async def measure_reads(started: Started, plan: Plan) -> dict[str, Run]:
     runs = {}
     for name, (request, status) in requests.items():
         needle = COMPLETED if status == 200 else b""
-        await drive("warmup", started.port, repeat(request), status, warmup)
-        runs[name] = await steady(
-            functools.partial(drive, name, started.port, repeat(request), status, load, started.pid, needle)
-        )
+        await load_run("warmup", started, request, status, warmup)
+        runs[name] = await steady(functools.partial(load_run, name, started, request, status, load, needle))
         progress(f"  {started.server.label}: {name} {summary(runs[name])}")
     return runs
 
@@ -393,17 +400,11 @@ async def stream_events(started: Started, text: str) -> list[tuple[int, int, int
         if b" 200 " not in head.split(b"\r\n", 1)[0] or b"transfer-encoding: chunked" not in head:
             raise RuntimeError(f"{started.server.label} did not stream: {head[:300]!r}")
         events: list[tuple[int, int, int]] = []
-        pending = b""
-        while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-            chunk = (await reader.readexactly(size + 2))[:-2]
-            arrival = time.time_ns()
-            pending = (pending + chunk).replace(b"\r\n", b"\n")
-            *complete, pending = pending.split(b"\n\n")
-            for event in complete:
-                if (match := EMIT.search(event)) is not None:
-                    events.append((int(match.group(2)), int(match.group(1)), arrival))
-                elif b"statusUpdate" in event and COMPLETED in event:
-                    return events
+        async for event, arrival in sse_events(reader):
+            if (match := EMIT.search(event)) is not None:
+                events.append((int(match.group(2)), int(match.group(1)), arrival))
+            elif b"statusUpdate" in event and COMPLETED in event:
+                break
         return events
     finally:
         writer.close()
@@ -462,7 +463,7 @@ async def fill(started: Started, count: int, seconds: float, text: str, needle: 
             ids.append(match.group(1).decode())
 
     load = Load(requests=count, seconds=max(0.1, seconds))
-    return await drive("fill", started.port, send_requests(started, text), 200, load, started.pid, needle, keep)
+    return await drive("fill", started.port, numbered(send_request(started, text)), 200, load, started.pid, needle, keep)
 
 
 async def latency(started: Started, request_for: RequestFor, needle: bytes, plan: Plan) -> Run:
@@ -527,6 +528,15 @@ async def measure_idle(plan: Plan, listed: list[Server], scratch: Path) -> dict[
         await asyncio.sleep(SETTLE)
         rss["bridge idle"] = rss_bytes(started.pid)
         rss["bridge idle tasks"] = run.completed - run.unexpected
+    memory = next(s for s in listed if s.key == "bridge-memory")
+    progress(f"finished tasks in memory: the bridge and the stock SDK, {plan.idle_tasks:,} tasks twice")
+    with running(memory, scratch) as started:
+        await asyncio.sleep(SETTLE)
+        rss["memory start"] = rss_bytes(started.pid)
+        for half in ("memory half", "memory full"):
+            run = await fill(started, plan.idle_tasks, seconds, "hello", COMPLETED)
+            await asyncio.sleep(SETTLE)
+            rss[half], rss[f"{half} tasks"] = rss_bytes(started.pid), run.completed - run.unexpected
     with running(stock, scratch) as started:
         await asyncio.sleep(SETTLE)
         rss["stock start"] = rss_bytes(started.pid)
@@ -538,6 +548,8 @@ async def measure_idle(plan: Plan, listed: list[Server], scratch: Path) -> dict[
         await asyncio.sleep(SETTLE)
         rss["stock idle"] = rss_bytes(started.pid)
         rss["stock idle tasks"] = run.completed - run.unexpected
+    progress(f"  per finished task in memory: bridge {per_task(rss, 'memory')[0]:,.0f} bytes, "
+             f"stock {per_task(rss, 'stock')[0]:,.0f} bytes")
     progress(f"  bridge {rss['bridge idle'] / 2**20:.0f} MiB after {rss['bridge idle tasks']:,} idle tasks; "
              f"stock {rss['stock idle'] / 2**20:.0f} MiB")
     return rss
@@ -682,15 +694,30 @@ def rss_table(results: Results, plan: Plan) -> list[str]:
         lines.append(f"| a2a-bridge (SQLite) | {size:,} tasks it finished | {mib(value)} |")
     lines.append(f"| a2a-bridge (SQLite), fresh process | {rss['bridge idle tasks']:,} tasks idle in INPUT_REQUIRED "
                  f"| {mib(rss['bridge idle'])} |")
+    first, second = per_task(rss, "memory")
+    lines.append(f"| a2a-bridge (memory) | start (no task) | {mib(rss['memory start'])} |")
+    lines.append(f"| a2a-bridge (memory) | {rss['memory half tasks']:,} finished tasks ({first:,.0f} bytes each) "
+                 f"| {mib(rss['memory half'])} |")
+    lines.append(f"| a2a-bridge (memory) | then {rss['memory full tasks']:,} more finished tasks ({second:,.0f} bytes "
+                 f"each) | {mib(rss['memory full'])} |")
     lines.append(f"| stock a2a-sdk (memory) | start (no task) | {mib(rss['stock start'])} |")
-    lines.append(f"| stock a2a-sdk (memory) | {rss['stock finished tasks']:,} finished tasks | {mib(rss['stock finished'])} |")
+    lines.append(f"| stock a2a-sdk (memory) | {rss['stock finished tasks']:,} finished tasks "
+                 f"({per_task(rss, 'stock')[0]:,.0f} bytes each) | {mib(rss['stock finished'])} |")
     lines.append(f"| stock a2a-sdk (memory) | then {rss['stock idle tasks']:,} tasks idle in INPUT_REQUIRED "
                  f"| {mib(rss['stock idle'])} |")
     return lines
 
 
+def per_task(rss: dict[str, int], server: str) -> tuple[float, float]:
+    """RSS bytes per finished task of a memory store: over the first fill, and (the bridge) over the second."""
+    if server == "stock":
+        return (rss["stock finished"] - rss["stock start"]) / max(1, rss["stock finished tasks"]), 0.0
+    first = (rss["memory half"] - rss["memory start"]) / max(1, rss["memory half tasks"])
+    return first, (rss["memory full"] - rss["memory half"]) / max(1, rss["memory full tasks"])
+
+
 def acceptance(results: Results, plan: Plan) -> list[tuple[str, bool | None]]:
-    """Each ratio of issue 7 with whether it holds (None: reported, no bar)."""
+    """Each ratio of issues 7 and 18 with whether it holds (None: reported, no bar)."""
     send = {key: median_rate(runs) for key, runs in results.send.items()}
     stock, bridge, sqlite = send["stock"], send["bridge-memory"], send["bridge-sqlite"]
     poll = median_rate(results.reads["bridge-memory 304 poll"])
@@ -714,8 +741,26 @@ def acceptance(results: Results, plan: Plan) -> list[tuple[str, bool | None]]:
         checks.append((f"RSS after {large:,} finished tasks: not measured, the bridge served {scale.served:,} tasks "
                        f"within the fill's {plan.fill_seconds:g} s", False))
     if "js" in send:
-        checks.append((f"blocking SendMessage, memory: a2a-bridge {bridge / send['js']:.2f}× @a2a-js/sdk (no bar)", None))
+        js = send["js"]
+        checks.append((f"blocking SendMessage, memory: a2a-bridge {bridge / js:.2f}× @a2a-js/sdk (issue 18: bar ≥ 1.0×)",
+                       bridge >= js))
+        checks.append((f"blocking SendMessage, SQLite: a2a-bridge {sqlite / js:.2f}× @a2a-js/sdk in memory "
+                       "(issue 18: bar ≥ 0.5×)", sqlite >= 0.5 * js))
+    first, second = per_task(results.rss, "memory")
+    stock_each = per_task(results.rss, "stock")[0]
+    checks.append((f"RSS per finished task, memory store: a2a-bridge {first:,.0f} bytes, then {second:,.0f} bytes "
+                   f"(flat: second ≤ 1.2× first); the stock SDK {stock_each:,.0f} bytes (issue 18: bar ≤ the stock "
+                   "SDK's)", max(first, second) <= stock_each and second <= 1.2 * max(first, 1.0)))
     return checks
+
+
+def load_client() -> str:
+    """Who sends the timed load runs: wrk (its version) or the Python client."""
+    if not WRK:
+        return "bench/load.py (wrk not installed)"
+    answer = subprocess.run(["wrk", "--version"], capture_output=True, text=True, timeout=10)
+    version = (answer.stdout or answer.stderr).split()[1] if (answer.stdout or answer.stderr).split()[1:] else "?"
+    return f"wrk {version} (one thread, bench/requests.lua), the Python client for fills and latencies"
 
 
 def render(results: Results, plan: Plan, listed: list[Server], command: str, elapsed: float, load: float) -> str:
@@ -724,7 +769,8 @@ def render(results: Results, plan: Plan, listed: list[Server], command: str, ela
     lines = [
         f"Measured with `{command}` in {elapsed / 60:.1f} min: {cpu_model()}, {os.cpu_count()} cores, {pinned}; "
         f"load average {load:.2f} before the run; Linux {platform.release()}; CPython {platform.python_version()} ({sys.executable}) runs every Python server "
-        f"and the load client (on {'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio'})"
+        f"and the load client (on {'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio'}); "
+        f"the timed load runs by {load_client()}"
         + (f"; Node {node} runs @a2a-js/sdk" if node else "; @a2a-js/sdk not measured (node or interop/js/node_modules missing)")
         + f". {versions()}.",
         "",
@@ -754,7 +800,7 @@ def render(results: Results, plan: Plan, listed: list[Server], command: str, ela
         "",
         *rss_table(results, plan),
         "",
-        "### Acceptance (issue 7)",
+        "### Acceptance (issues 7 and 18)",
         "",
         *[f"- {'INFO' if passed is None else 'PASS' if passed else 'FAIL'}: {text}" for text, passed in acceptance(results, plan)],
     ]

@@ -27,6 +27,7 @@ HOST = "127.0.0.1"
 AGENT = "test-runner"
 START_TIMEOUT = 30.0
 RESPONSE_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
 SERVER_CORE = 0
 CLIENT_CORE = 1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -55,13 +56,17 @@ class Run:
     server_wait: float = 0.0
     """The share of the run the server's threads were runnable but waited for a CPU (other processes on its core)."""
     client_wait: float = 0.0
+    quantiles: dict[float, float] = field(default_factory=dict)
+    """Latency percentiles by fraction, where the client reported those rather than every latency (wrk)."""
 
     @property
     def rate(self) -> float:
         return self.completed / self.elapsed if self.elapsed else 0.0
 
     def percentile(self, fraction: float) -> float:
-        """A latency percentile in seconds (nearest rank)."""
+        """A latency percentile in seconds (nearest rank; wrk's own where it measured the run)."""
+        if not self.latencies and fraction in self.quantiles:
+            return self.quantiles[fraction]
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
@@ -162,12 +167,17 @@ def bridge_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
         wait_until_up(port, process)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process)
+
+
+def stop(process: "subprocess.Popen[bytes]") -> None:
+    """End a server process: terminated, and killed if it has not exited within STOP_TIMEOUT seconds."""
+    process.terminate()
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(STOP_TIMEOUT)
 
 
 def wait_until_up(port: int, process: subprocess.Popen[bytes]) -> None:

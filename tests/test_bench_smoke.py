@@ -2,10 +2,13 @@
 the row copier of the SQLite fill, and the summary it prints. No timing is asserted."""
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 
-from bench import run
+import pytest
+
+from bench import run, wrk
 from bench.load import drive, parse_response
 from bench.populate import clone_tasks
 from bench.status_poll import Load, Run
@@ -28,7 +31,7 @@ def test_parse_response_handles_length_chunked_and_bodiless_answers() -> None:
 
 def test_load_client_drives_the_echo_with_a_request_per_index(tmp_path: Path) -> None:
     with run.running(server("echo-h11"), tmp_path) as started:
-        requests = run.send_requests(started)
+        requests = run.numbered(run.send_request(started))
         bodies: list[bytes] = []
 
         async def go() -> Run:
@@ -50,13 +53,31 @@ def test_bridge_bench_agent_completes_and_streams_with_emit_times(tmp_path: Path
 
         async def go() -> tuple[Run, list[tuple[int, int, int]]]:
             load = Load(connections=4, requests=40, seconds=0.5)
-            sent = await drive("smoke", started.port, run.send_requests(started), 200, load, started.pid, run.COMPLETED)
+            request = run.numbered(run.send_request(started))
+            sent = await drive("smoke", started.port, request, 200, load, started.pid, run.COMPLETED)
             return sent, await run.stream_events(started, "stream 5 1")
 
         sent, events = asyncio.run(go())
     assert sent.completed > 0 and sent.unexpected == 0
     assert [seq for seq, _, _ in events] == [0, 1, 2, 3, 4]
     assert all(arrival >= emit for _, emit, arrival in events)
+
+
+@pytest.mark.skipif(not wrk.installed(), reason="wrk is not installed")
+def test_wrk_sends_each_sendmessage_with_its_own_message_id_within_the_request_limit(tmp_path: Path) -> None:
+    bodies: list[bytes] = []
+    with run.running(server("bridge-memory"), tmp_path) as started:
+        load = Load(connections=2, requests=30, seconds=1.0)
+        result = asyncio.run(wrk.drive("smoke", started.port, run.send_request(started), 200, load, started.pid,
+                                       run.COMPLETED))
+        listing = run.rpc_request(started, "ListTasks", {"pageSize": 100})
+        asyncio.run(drive("list", started.port, run.repeat(listing), 200, Load(1, 1, 5.0),
+                          keep=lambda _index, body: bodies.append(body)))
+    assert 0 < result.completed <= 30 and result.unexpected == 0
+    assert result.quantiles[0.99] > 0 and result.client_cpu > 0
+    tasks = json.loads(bodies[0])["result"]["tasks"]
+    assert result.completed <= len(tasks) <= result.completed + load.connections, \
+        "every request created a task of its own (none answered as a retry of another messageId)"
 
 
 def test_clone_tasks_copies_every_row_naming_the_task_under_fresh_ids(tmp_path: Path) -> None:
@@ -97,7 +118,8 @@ def test_summary_prints_every_table_and_each_acceptance_line(tmp_path: Path) -> 
         scale=run.Scale(get_task={10: synthetic_run(1, 0.001), 40: synthetic_run(1, 0.001)},
                         list_tasks={10: synthetic_run(1, 0.01), 40: synthetic_run(1, 0.03)},
                         rss={10: 100 * 2**20, 20: 100 * 2**20, 30: 101 * 2**20}, served=30, inserted=10, fill_rate=50.0),
-        rss={"bridge start": 90 * 2**20, "bridge idle": 95 * 2**20, "bridge idle tasks": 20, "stock start": 70 * 2**20,
+        rss={"memory start": 90 * 2**20, "memory half": 91 * 2**20, "memory half tasks": 20,
+             "memory full": 92 * 2**20, "memory full tasks": 20, "bridge start": 90 * 2**20, "bridge idle": 95 * 2**20, "bridge idle tasks": 20, "stock start": 70 * 2**20,
              "stock finished": 80 * 2**20, "stock finished tasks": 20, "stock idle": 120 * 2**20, "stock idle tasks": 20},
     )
     report = run.render(results, plan, listed, "python -m bench.run --quick", 60.0, 0.5)
@@ -106,6 +128,7 @@ def test_summary_prints_every_table_and_each_acceptance_line(tmp_path: Path) -> 
     assert "- PASS: 304 Task Status poll 6.67×" in report
     assert "- FAIL: RSS after 40 finished tasks: not measured, the bridge served 30 tasks" in report
     assert "- PASS: GetTask p50 with 40 stored tasks 1.00×" in report
+    assert "- PASS: RSS per finished task, memory store: a2a-bridge 52,429 bytes, then 52,429 bytes" in report
     document = tmp_path / "PERFORMANCE.md"
     document.write_text(f"# Performance\n\nintro\n\n{run.BEGIN}\nold table\n{run.END}\n\nafter\n")
     run.write_doc(report, document)
