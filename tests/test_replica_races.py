@@ -315,11 +315,13 @@ def test_a_cancel_for_a_dead_replicas_task_is_canceled_at_once_and_never_run_aga
 
 
 async def cut_session(database: str, session: int) -> int:
-    """Terminate the backend that holds a session's advisory lock; returns how many were terminated."""
+    """Terminate the backend that holds a session's advisory lock in this database (other tests' databases share the
+    server and its session numbers); returns how many were terminated."""
     connection = await asyncpg.connect(database)
     try:
         return await connection.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2",
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             SESSION_LOCKS, session,
         )
     finally:

@@ -51,7 +51,7 @@ def serve(kind: str, executor: AgentExecutor, sqlite_path: Path | None = None) -
             yield base
         return
     store = f"sqlite:///{sqlite_path}" if sqlite_path is not None else "memory"
-    name = type(executor).__name__
+    name = type(executor).__name__.lower()
     bridge = Bridge([AgentSpec(name, card(name), executor)], Stores(StoreConfig.parse(store)), SystemClock(), lambda: str(uuid.uuid4()))
     with serve_in_thread(bridge.app()) as base:
         yield f"{base}/{name}"
