@@ -864,8 +864,8 @@ async def measure_get_task(started: Started, plan: Plan) -> Run:
     task_id = checked_send(started)["result"]["task"]["id"]
     request = rpc_request(started, "GetTask", {"id": task_id})
     load = Load(plan.connections, MAX_REQUESTS, plan.seconds)
-    await drive("warmup", started.port, repeat(request), 200, replace(load, seconds=plan.warmup))
-    run = await steady(lambda: drive("GetTask", started.port, repeat(request), 200, load, started.pid, COMPLETED))
+    await load_run("warmup", started, request, 200, replace(load, seconds=plan.warmup))
+    run = await steady(lambda: load_run("GetTask", started, request, 200, load, COMPLETED))
     progress(f"  {started.server.label}: GetTask {summary(run)}")
     return run
 
@@ -938,7 +938,7 @@ def render_reads(stats: ReadStats, plan: Plan, listed: list[Server], command: st
         "",
         f"Measured with `{command}`: {cpu_model()}, {os.cpu_count()} cores, "
         f"{'server on core 0, load client on core 1' if PINNED else 'unpinned'}; load average {load:.2f} before the "
-        f"run; the Python load client (bench/load.py). GetTask on one finished task, {plan.connections} connections, "
+        f"run; load by {load_client()}. GetTask on one finished task, {plan.connections} connections, "
         f"{plan.rounds} interleaved rounds of {plan.seconds:g} s after {plan.warmup:g} s of warm-up, medians.",
         "",
         "| server | GetTask req/s | p99 ms | vs @a2a-js/sdk | server CPU (waited) | client CPU (waited) | req/s per round |",
