@@ -48,7 +48,7 @@ from a2a_bridge.ledger_tables import (
     upsert_statement,
     utc,
 )
-from a2a_bridge.pg_session import NOTIFY, SessionConnection, event_notices, session_alive
+from a2a_bridge.pg_session import NOTIFY, SessionConnection, event_notices, request_notice, session_alive
 from a2a_bridge.store_faults import StoreHealth, transient
 
 log = logging.getLogger(__name__)
@@ -288,7 +288,14 @@ class SqlLedger:
             await conn.execute(NOTIFY, {"payloads": payloads})
 
     async def add_request(self, request: Request, at: datetime) -> None:
+        """Leave a request for the replica that runs the task; on PostgreSQL one statement that inserts it and notifies,
+        committed on its own (one round trip: a cancel crosses replicas on it)."""
         await self._init()
+        if self.shared:
+            async with self.engine.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(request_notice(request, at))
+            return
         async with self.engine.begin() as conn:
             await conn.execute(
                 insert(requests_table).values(
