@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, insert, literal, select, text
+from sqlalchemy import Select, bindparam, func, insert, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.ledger import Request
@@ -32,15 +32,22 @@ def event_notices(logged: list[dict[str, Any]]) -> list[str]:
     return [notice for notice in notices if len(notice.encode()) <= MAX_PAYLOAD]
 
 
-def request_notice(request: Request, at: datetime) -> Select[Any]:
-    """One statement that stores a request for another replica and sends its "r" notice (at its commit)."""
+def _request_notice() -> Select[Any]:
     added = (
         insert(requests_table)
-        .values(task_id=request.task_id, kind=request.kind, requested_by=request.requested_by, at=at)
+        .values(task_id=bindparam("task_id"), kind=bindparam("kind"), requested_by=bindparam("requested_by"), at=bindparam("at"))
         .returning(requests_table.c.task_id)
         .cte("added")
     )
     return select(func.pg_notify(CHANNEL, literal("r:") + added.c.task_id)).select_from(added)
+
+
+REQUEST_NOTICE = _request_notice()
+"""One statement that stores a request for another replica and sends its "r" notice (at its commit); built once."""
+
+
+def request_params(request: Request, at: datetime) -> dict[str, Any]:
+    return {"task_id": request.task_id, "kind": request.kind, "requested_by": request.requested_by, "at": at}
 
 
 async def session_alive(engine: AsyncEngine, session: int) -> bool:

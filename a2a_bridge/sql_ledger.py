@@ -48,7 +48,7 @@ from a2a_bridge.ledger_tables import (
     upsert_statement,
     utc,
 )
-from a2a_bridge.pg_session import NOTIFY, SessionConnection, event_notices, request_notice, session_alive
+from a2a_bridge.pg_session import NOTIFY, REQUEST_NOTICE, SessionConnection, event_notices, request_params, session_alive
 from a2a_bridge.store_faults import StoreHealth, transient
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ class SqlLedger:
         if self.shared:
             async with self.engine.connect() as conn:
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await conn.execute(request_notice(request, at))
+                await conn.execute(REQUEST_NOTICE, request_params(request, at))
             return
         async with self.engine.begin() as conn:
             await conn.execute(
