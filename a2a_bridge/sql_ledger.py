@@ -12,7 +12,7 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import Task
-from sqlalchemy import Table, and_, delete, func, insert, inspect, or_, select, text, tuple_, update
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, inspect, or_, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -53,6 +53,8 @@ from a2a_bridge.store_faults import StoreHealth, transient
 
 log = logging.getLogger(__name__)
 
+_RECORD = select(records_table).where(records_table.c.task_id == bindparam("task_id"))
+"""One task's record: built once, as building the statement costs more than its round trip."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ class SqlLedger:
     async def get(self, task_id: str) -> TaskRecord | None:
         await self._init()
         async with self.reader.connect() as conn:
-            row = (await conn.execute(select(records_table).where(records_table.c.task_id == task_id))).first()
+            row = (await conn.execute(_RECORD, {"task_id": task_id})).first()
         return record_of(row) if row is not None else None
 
     async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None:
