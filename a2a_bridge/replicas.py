@@ -56,12 +56,12 @@ class ReplicaLink:
         elif kind == "r" and task_id in self.table.live:
             live = self.table.live[task_id]
             if live.running is not None:
-                self._stop_here(task_id, live, request_stored=True)
+                self._stop_here(task_id, live)
 
-    def _stop_here(self, task_id: str, live: LiveTask, request_stored: bool) -> None:
-        """Cancel a turn running here that another replica was asked to cancel (once, however often it is asked).
-        `request_stored`: the request is still stored, and stands for the claim's record of it until the cancel has
-        stored the task's end; it is removed only then."""
+    def _stop_here(self, task_id: str, live: LiveTask) -> None:
+        """Cancel a turn running here that another replica was asked to cancel (once, however often it is asked). The
+        request stays stored, standing for the claim's record of it, until the cancel has stored the task's end; it
+        is removed only then."""
         if self.cancel is None or task_id in self.stopping:
             return
         self.stopping.add(task_id)
@@ -69,7 +69,7 @@ class ReplicaLink:
 
         async def stop() -> None:
             try:
-                await cancel(task_id, live.owner, request_stored)
+                await cancel(task_id, live.owner, True)
             except StoreUnavailable:
                 return  # the end is not stored yet: the request stays for the recovery of the task
             except A2AError:
@@ -125,8 +125,9 @@ class ReplicaLink:
         cancel: Callable[[str, ServerCallContext, bool], Awaitable[Task]],
         recover: Callable[[TaskRecord], Awaitable[None]],
     ) -> None:
-        """Take cancel requests for turns running here (their notice starts the cancel; the request is removed here),
-        recover the claims of replicas that died, and claims whose lease ran out."""
+        """Honour cancel requests for turns running here (their notice starts the cancel; each round looks for those
+        whose notice was missed; the request is removed once the cancel is over), recover the claims of replicas that
+        died, and claims whose lease ran out."""
         env = self.env
         self.cancel, self.recover = cancel, recover
         loop = asyncio.get_running_loop()
@@ -135,11 +136,10 @@ class ReplicaLink:
             self.requests.clear()
             try:
                 running = self.table.running()
-                unheard = [task_id for task_id in running if task_id not in self.stopping]
-                for request in await env.ledger.take_requests(unheard):
+                for request in await env.ledger.pending_requests(list(running)):
                     live = running.get(request.task_id)
                     if live is not None and request.kind == "cancel":
-                        self._stop_here(request.task_id, live, request_stored=False)
+                        self._stop_here(request.task_id, live)
                 if env.session and loop.time() >= next_liveness:
                     await self.sweep_sessions()
                     next_liveness = loop.time() + LIVENESS

@@ -318,6 +318,16 @@ class SqlLedger:
                 await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
         return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
 
+    async def pending_requests(self, task_ids: list[str]) -> list[Request]:
+        """The requests left for these tasks, left in place (removed by `take_requests` once honoured)."""
+        if not task_ids:
+            return []
+        await self._init()
+        table = requests_table
+        async with self.reader.connect() as conn:
+            rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)))).all()
+        return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
+
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
         await self._init()
         table = events_table
