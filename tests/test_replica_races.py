@@ -355,11 +355,13 @@ async def requests_left(database: str, task_id: str) -> int:
 
 
 async def cut_session(database: str, session: int) -> int:
-    """Terminate the backend that holds a session's advisory lock; returns how many were terminated."""
+    """Terminate the backend that holds a session's advisory lock in this database (session numbers repeat across the
+    databases other tests and benches use on the same server); returns how many were terminated."""
     connection = await asyncpg.connect(database)
     try:
         return await connection.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2",
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             SESSION_LOCKS, session,
         )
     finally:
