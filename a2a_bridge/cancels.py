@@ -12,11 +12,13 @@ from a2a.types import Task, TaskState
 from a2a_bridge import claims, errors
 from a2a_bridge.claims import Claim, Op
 from a2a_bridge.host_env import HostEnv
+from a2a_bridge.ledger import TaskRecord
 from a2a_bridge.live_tasks import (
     LiveTask,
     TaskTable,
     agent_status,
     canceled_text,
+    may_use,
     requester,
     snapshot,
     status_event_for,
@@ -39,7 +41,7 @@ class Canceller:
         table: TaskTable,
         writer: TaskWriter,
         held_elsewhere: Callable[[Claim], bool],
-        cancel_elsewhere: Callable[[LiveTask, ServerCallContext], Awaitable[Task]],
+        cancel_elsewhere: Callable[[TaskRecord, ServerCallContext], Awaitable[Task]],
     ) -> None:
         self.env = env
         self.table = table
@@ -47,10 +49,17 @@ class Canceller:
         self.held_elsewhere = held_elsewhere
         self.cancel_elsewhere = cancel_elsewhere
 
-    async def cancel(self, task_id: str, context: ServerCallContext) -> Task:
+    async def cancel(self, task_id: str, context: ServerCallContext, request_stored: bool = False) -> Task:
         """Record the cancel request, stop the running turn, let the agent report the cancel, end the task CANCELED.
-        The task's owner, its responsible user and operators may cancel it."""
+        The task's owner, its responsible user and operators may cancel it. `request_stored`: another replica's
+        request for it is stored (`bridge_requests`) and stays until this cancel is over, so the claim's record of
+        the request is stored with the task's end instead of ahead of the agent's cancel()."""
         loaded = task_id not in self.table.live
+        if loaded and self.env.ledger.shared:
+            stored = await self.env.ledger.get(task_id)
+            if stored is not None and stored.agent == self.env.agent and may_use(stored, context, operators=True):
+                if self.held_elsewhere(stored.claim):
+                    return await self.cancel_elsewhere(stored, context)
         live = await self.table.acquire(task_id, context, operators=True)
         scope = about_task(self.env.agent, task_id, lambda: live.record.claim.claim_generation, "cancel requested")
         try:
@@ -61,14 +70,14 @@ class Canceller:
             if is_terminal(live.task.status.state):
                 raise errors.task_not_cancelable(live.task)
             if live.running is None and self.held_elsewhere(live.record.claim):
-                return await self.cancel_elsewhere(live, context)
+                return await self.cancel_elsewhere(live.record.copy(), context)
             if live.record.claim.state == claims.NEEDS_RECONCILIATION:
                 await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
                 await self.writer.put_record(live)
                 return snapshot(live.task)
             live.canceling = asyncio.Event()
             try:
-                await self._stop_turn(live, context)
+                await self._stop_turn(live, context, request_stored)
             finally:
                 live.canceling.set()
                 live.canceling = None
@@ -77,17 +86,19 @@ class Canceller:
             self.table.release(live)
             left_task(scope)
 
-    async def _stop_turn(self, live: LiveTask, context: ServerCallContext) -> None:
+    async def _stop_turn(self, live: LiveTask, context: ServerCallContext, request_stored: bool) -> None:
         """Stop the turn and end the task CANCELED; what the store does not take now is kept for it (and the caller
-        told StoreUnavailable)."""
+        told StoreUnavailable). The agent's cancel() runs once the request is stored: on the claim first, unless
+        `request_stored` (a replica that dies before the end is stored leaves the request to its recovery)."""
         await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
-        recorded = asyncio.ensure_future(self._record(live))
+        recorded = None if request_stored else asyncio.ensure_future(self._record(live))
         running, turn = live.running, live.running_turn
         if running is not None and turn is not None:
             live.fenced.add(turn)
             running.cancel()
             await asyncio.wait([running])
-        await recorded
+        if recorded is not None:
+            await recorded
         ctx = BridgeRequestContext(context, task_id=live.task.id, context_id=live.task.context_id, task=snapshot(live.task))
         try:
             await self.env.executor.cancel(ctx, TurnQueue(self.writer, CANCEL_TURN, live=live))

@@ -4,16 +4,22 @@ NOTIFY payloads the writes send at commit; and whether another session's process
 
 import contextlib
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Select, bindparam, func, insert, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from a2a_bridge.ledger_tables import SESSION_LOCKS
+from a2a_bridge.ledger import Request
+from a2a_bridge.ledger_tables import SESSION_LOCKS, requests_table
 
 CHANNEL = "a2a_bridge"
 """The NOTIFY channel of the replicas on one database; a payload is "<kind>:<task id>[:<detail>]" (`ledger.Notice`)."""
 NOTIFY = text(f"SELECT pg_notify('{CHANNEL}', payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
+ALIVE = text(
+    "SELECT CASE WHEN pg_try_advisory_lock(:ns, :id) THEN NOT pg_advisory_unlock(:ns, :id) ELSE true END"
+)
+"""Whether another session holds a session's lock, taking it (and giving it back) only where it is free."""
 MAX_PAYLOAD = 7900
 """PostgreSQL refuses a NOTIFY payload of 8000 bytes or more: a logged event longer than this is announced without
 its body (a "t" notice), and read from the log."""
@@ -26,15 +32,30 @@ def event_notices(logged: list[dict[str, Any]]) -> list[str]:
     return [notice for notice in notices if len(notice.encode()) <= MAX_PAYLOAD]
 
 
+def _request_notice() -> Select[Any]:
+    added = (
+        insert(requests_table)
+        .values(task_id=bindparam("task_id"), kind=bindparam("kind"), requested_by=bindparam("requested_by"), at=bindparam("at"))
+        .returning(requests_table.c.task_id)
+        .cte("added")
+    )
+    return select(func.pg_notify(CHANNEL, literal("r:") + added.c.task_id)).select_from(added)
+
+
+REQUEST_NOTICE = _request_notice()
+"""One statement that stores a request for another replica and sends its "r" notice (at its commit); built once."""
+
+
+def request_params(request: Request, at: datetime) -> dict[str, Any]:
+    return {"task_id": request.task_id, "kind": request.kind, "requested_by": request.requested_by, "at": at}
+
+
 async def session_alive(engine: AsyncEngine, session: int) -> bool:
-    """Whether the process of a session still holds its lock."""
+    """Whether the process of a session still holds its lock: one statement, which takes the lock only where it is
+    free and gives it back at once (an advisory lock of the session, not of a transaction)."""
     async with engine.connect() as conn:
-        params = {"ns": SESSION_LOCKS, "id": session}
-        taken = (await conn.execute(text("SELECT pg_try_advisory_lock(:ns, :id)"), params)).scalar_one()
-        if taken:
-            await conn.execute(text("SELECT pg_advisory_unlock(:ns, :id)"), params)
-        await conn.commit()
-    return not taken
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return bool((await conn.execute(ALIVE, {"ns": SESSION_LOCKS, "id": session})).scalar_one())
 
 
 class SessionConnection:

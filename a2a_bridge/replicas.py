@@ -4,7 +4,6 @@ seconds, a pending cancel honoured), and the event log that subscribers and join
 Wake-ups come from the other replicas' NOTIFY (`Ledger.on_notice`); the rereads on a timer are only a safety net."""
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -12,13 +11,15 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Task
 from a2a.utils.errors import A2AError
 
+from a2a_bridge import errors
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim, Op
 from a2a_bridge.event_log import SAFETY_NET, LogFeeds, until
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import HELD, Request, TaskRecord
-from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester, snapshot
+from a2a_bridge.ledger import HELD, Request, TaskRecord, ended
+from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester
 from a2a_bridge.states import is_terminal
+from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_writer import TaskWriter
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class ReplicaLink:
         self.requests = asyncio.Event()
         self.stopping: set[str] = set()
         """Tasks whose turn here a cancel request is stopping."""
-        self.cancel: Callable[[str, ServerCallContext], Awaitable[Task]] | None = None
+        self.cancel: Callable[[str, ServerCallContext, bool], Awaitable[Task]] | None = None
         self.recover: Callable[[TaskRecord], Awaitable[None]] | None = None
         env.ledger.on_notice(self._heard)
 
@@ -56,10 +57,11 @@ class ReplicaLink:
             live = self.table.live[task_id]
             if live.running is not None:
                 self._stop_here(task_id, live)
-            self.requests.set()
 
     def _stop_here(self, task_id: str, live: LiveTask) -> None:
-        """Cancel a turn running here that another replica was asked to cancel (once, however often it is asked)."""
+        """Cancel a turn running here that another replica was asked to cancel (once, however often it is asked). The
+        request stays stored, standing for the claim's record of it, until the cancel has stored the task's end; it
+        is removed only then."""
         if self.cancel is None or task_id in self.stopping:
             return
         self.stopping.add(task_id)
@@ -67,10 +69,17 @@ class ReplicaLink:
 
         async def stop() -> None:
             try:
-                with contextlib.suppress(A2AError):
-                    await cancel(task_id, live.owner)
+                await cancel(task_id, live.owner, True)
+            except StoreUnavailable:
+                return  # the end is not stored yet: the request stays for the recovery of the task
+            except A2AError:
+                pass  # the task ended before the cancel
             finally:
                 self.stopping.discard(task_id)
+            try:
+                await self.env.ledger.take_requests([task_id])
+            except Exception:  # noqa: BLE001 - a database fault: the request is left for a task that has ended
+                log.warning("cancel requests of task %s not removed; the task has ended", task_id)
 
         self.env.spawn(stop())
 
@@ -86,33 +95,39 @@ class ReplicaLink:
             and claim.lease_until > env.clock.now()
         )
 
-    async def cancel_elsewhere(self, live: LiveTask, context: ServerCallContext) -> Task:
+    async def cancel_elsewhere(self, record: TaskRecord, context: ServerCallContext) -> Task:
         """Leave a cancel request for the replica that runs the task (recovering the task at once, the request
-        honoured, if that replica is gone), and answer once the task has ended."""
+        honoured, if that replica is gone), and answer once the task has ended: its record is reread at each notice,
+        the task only once the record has ended."""
         env = self.env
-        await env.ledger.add_request(Request(live.task.id, "cancel", requester(context)), env.clock.now())
-        session = live.record.claim.session_generation
+        task_id, owner = record.task_id, owner_context(record.owner)
+        await env.ledger.add_request(Request(task_id, "cancel", requester(context)), env.clock.now())
+        session = record.claim.session_generation
         if not await env.ledger.session_alive(session):
             self.dead.add(session)
-            await self._recover_dead(live.record.copy())
+            await self._recover_dead(record)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + env.settings.lease.total_seconds()
         while loop.time() < deadline:
-            changed = env.changed(live.task.id)
-            task = await env.store.get(live.task.id, live.owner)
-            if task is not None and is_terminal(task.status.state):
-                return task
+            changed = env.changed(task_id)
+            if ended(await env.ledger.get(task_id)):
+                task = await env.store.get(task_id, owner)
+                if task is not None and is_terminal(task.status.state):
+                    return task
             await until(changed, SAFETY_NET)
-        await self.writer.refresh(live)
-        return snapshot(live.task)
+        task = await env.store.get(task_id, owner)
+        if task is None:
+            raise errors.task_not_found(task_id)
+        return task
 
     async def watch(
         self,
-        cancel: Callable[[str, ServerCallContext], Awaitable[Task]],
+        cancel: Callable[[str, ServerCallContext, bool], Awaitable[Task]],
         recover: Callable[[TaskRecord], Awaitable[None]],
     ) -> None:
-        """Take cancel requests for turns running here (their notice starts the cancel; the request is removed here),
-        recover the claims of replicas that died, and claims whose lease ran out."""
+        """Honour cancel requests for turns running here (their notice starts the cancel; each round looks for those
+        whose notice was missed; the request is removed once the cancel is over), recover the claims of replicas that
+        died, and claims whose lease ran out."""
         env = self.env
         self.cancel, self.recover = cancel, recover
         loop = asyncio.get_running_loop()
@@ -121,7 +136,7 @@ class ReplicaLink:
             self.requests.clear()
             try:
                 running = self.table.running()
-                for request in await env.ledger.take_requests(list(running)):
+                for request in await env.ledger.pending_requests(list(running)):
                     live = running.get(request.task_id)
                     if live is not None and request.kind == "cancel":
                         self._stop_here(request.task_id, live)

@@ -12,7 +12,7 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import Task
-from sqlalchemy import Table, and_, delete, func, insert, inspect, or_, select, text, tuple_, update
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, inspect, or_, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -48,11 +48,13 @@ from a2a_bridge.ledger_tables import (
     upsert_statement,
     utc,
 )
-from a2a_bridge.pg_session import NOTIFY, SessionConnection, event_notices, session_alive
+from a2a_bridge.pg_session import NOTIFY, REQUEST_NOTICE, SessionConnection, event_notices, request_params, session_alive
 from a2a_bridge.store_faults import StoreHealth, transient
 
 log = logging.getLogger(__name__)
 
+_RECORD = select(records_table).where(records_table.c.task_id == bindparam("task_id"))
+"""One task's record: built once, as building the statement costs more than its round trip."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ class SqlLedger:
     async def get(self, task_id: str) -> TaskRecord | None:
         await self._init()
         async with self.reader.connect() as conn:
-            row = (await conn.execute(select(records_table).where(records_table.c.task_id == task_id))).first()
+            row = (await conn.execute(_RECORD, {"task_id": task_id})).first()
         return record_of(row) if row is not None else None
 
     async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None:
@@ -288,7 +290,14 @@ class SqlLedger:
             await conn.execute(NOTIFY, {"payloads": payloads})
 
     async def add_request(self, request: Request, at: datetime) -> None:
+        """Leave a request for the replica that runs the task; on PostgreSQL one statement that inserts it and notifies,
+        committed on its own (one round trip: a cancel crosses replicas on it)."""
         await self._init()
+        if self.shared:
+            async with self.engine.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await conn.execute(REQUEST_NOTICE, request_params(request, at))
+            return
         async with self.engine.begin() as conn:
             await conn.execute(
                 insert(requests_table).values(
@@ -307,6 +316,16 @@ class SqlLedger:
             rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)).with_for_update())).all()
             if rows:
                 await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
+        return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
+
+    async def pending_requests(self, task_ids: list[str]) -> list[Request]:
+        """The requests left for these tasks, left in place (removed by `take_requests` once honoured)."""
+        if not task_ids:
+            return []
+        await self._init()
+        table = requests_table
+        async with self.reader.connect() as conn:
+            rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)))).all()
         return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
 
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:

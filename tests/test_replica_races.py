@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import random
+import signal
 import threading
 import time
 import uuid
@@ -30,7 +31,9 @@ from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
 from tests.claim_support import FULL_SUITE
 from tests.support import A2A, ServerProcess, rpc, serve_in_thread, user_message, wait_for
+from tests.user_agents import RUNS, runs
 
+ROOT = Path(__file__).resolve().parents[1]
 PAIRS = 60
 CHUNKS = 8
 PAUSE = 0.05
@@ -314,9 +317,46 @@ def test_a_cancel_for_a_dead_replicas_task_is_canceled_at_once_and_never_run_aga
     assert state_on(b, "test-runner", task_id) == "TASK_STATE_CANCELED"
 
 
+def test_a_replica_that_dies_in_the_agents_cancel_leaves_the_cancel_to_its_recovery(pg_database: str, tmp_path: Path) -> None:
+    """A cancel sent to B: A stops its turn and calls the agent's cancel() before storing the cancel (the request B
+    stored stands for it), and dies right there. B's recovery of A's claim honours the request: CANCELED with the
+    request on the claim, the agent not run again, no request left."""
+    notes = tmp_path / "runs.txt"
+    extra, env = ["--agent", "tests.user_agents:dies_at_cancel"], {RUNS: str(notes)}
+    a = ServerProcess(pg_database, extra=extra, env=env, log=tmp_path / "a.log", cwd=ROOT).start()
+    b = ServerProcess(pg_database, extra=extra, env=env, cwd=ROOT).start()
+    try:
+        message = user_message("work", f"dies-{uuid.uuid4()}")
+        reply = rpc(a.agent("dies-at-cancel"), "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
+        task_id = reply["result"]["task"]["id"]
+        wait_for(lambda: runs(notes, task_id) == 1, what="the agent's first run on A")
+        wait_for(lambda: state_on(b, "dies-at-cancel", task_id) == "TASK_STATE_WORKING", what="A's turn, seen from B")
+        canceled = rpc(b.agent("dies-at-cancel"), "CancelTask", {"id": task_id})
+        assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+        assert a.proc is not None and a.proc.wait(timeout=10) == -signal.SIGKILL, "A did not die in the agent's cancel()"
+        claim = claim_of(b, "dies-at-cancel", task_id)
+        operations = [event["operation"] for event in claim["events"]]
+        assert claim["state"] == "cancelled", claim
+        assert operations.count("request_cancel") == 1 and "reconcile_cancelled" in operations, operations
+        assert "reconcile_continue" not in operations and "resume" not in operations, operations
+        assert runs(notes, task_id) == 1
+        assert asyncio.run(requests_left(pg_database, task_id)) == 0
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def requests_left(database: str, task_id: str) -> int:
+    connection = await asyncpg.connect(database)
+    try:
+        return await connection.fetchval("SELECT count(*) FROM bridge_requests WHERE task_id = $1", task_id)
+    finally:
+        await connection.close()
+
+
 async def cut_session(database: str, session: int) -> int:
-    """Terminate the backend that holds a session's advisory lock in this database (other tests' databases share the
-    server and its session numbers); returns how many were terminated."""
+    """Terminate the backend that holds a session's advisory lock in this database (session numbers repeat across the
+    databases other tests and benches use on the same server); returns how many were terminated."""
     connection = await asyncpg.connect(database)
     try:
         return await connection.fetchval(

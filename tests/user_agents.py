@@ -1,10 +1,12 @@
 """A user's own agents, served with `serve --agent tests.user_agents:NAME` by tests/test_your_agent.py: `steady`
-(repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory). The first run of a task waits to be killed; a later
-run completes at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`."""
+(repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory); and by tests/test_replica_races.py `dies_at_cancel`
+(repeat-safe), whose cancel() kills its own server. The first run of a task waits to be killed; a later run completes
+at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`."""
 
 import asyncio
 import contextlib
 import os
+import signal
 from pathlib import Path
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -45,6 +47,14 @@ class Marked(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
+class DiesAtCancel(Marked):
+    """Marked, but its cancel() kills its own server (SIGKILL): the process dies once the turn has stopped and before
+    the cancel's end is stored."""
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def card(name: str) -> AgentCard:
     return AgentCard(
         name=name,
@@ -62,3 +72,6 @@ steady = Agent("steady", card("steady"), Marked(), repeat_safe=True)
 
 def once() -> Agent:
     return Agent("once", card("once"), Marked(), repeat_safe=False)
+
+
+dies_at_cancel = Agent("dies-at-cancel", card("dies-at-cancel"), DiesAtCancel(), repeat_safe=True)
