@@ -2,7 +2,7 @@
 
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,12 +89,23 @@ kept a copy of its row (54 MB after 60 follow-ups of 1 MB) until the statement r
 _LARGE = "a2a_bridge.large_binding"
 
 
+def bound_values(parameters: Any) -> Iterator[Any]:
+    """The values a statement bound: one row's, or many rows' (an executemany; SQLAlchemy's "insertmanyvalues" hands
+    its one statement of many rows over flat, yet flagged as an executemany)."""
+    for item in parameters.values() if isinstance(parameters, dict) else parameters:
+        if isinstance(item, tuple | list):
+            yield from item
+        elif isinstance(item, dict):
+            yield from item.values()
+        else:
+            yield item
+
+
 def note_large_binding(
-    conn: Connection, _cursor: Any, _statement: str, parameters: Any, _context: Any, executemany: bool
+    conn: Connection, _cursor: Any, _statement: str, parameters: Any, _context: Any, _executemany: bool
 ) -> None:
     """Mark the connection of a statement that bound LARGE_BINDING bytes or more."""
-    rows = parameters if executemany else [parameters]
-    if sum(len(value) for row in rows for value in row if isinstance(value, str | bytes)) >= LARGE_BINDING:
+    if sum(len(value) for value in bound_values(parameters) if isinstance(value, str | bytes)) >= LARGE_BINDING:
         conn.info[_LARGE] = True
 
 

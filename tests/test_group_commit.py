@@ -4,20 +4,25 @@ alone; and over the wire, a burst of concurrent sends on SQLite is all there aft
 import asyncio
 import concurrent.futures
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from a2a.server.tasks import DatabaseTaskStore
-from a2a.types import Task
+from a2a.types import Task, TaskState
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from a2a_bridge.auth import owner_context
 from a2a_bridge.group_commit import GroupCommit
 from a2a_bridge.ledger_tables import task_row
+from a2a_bridge.sql_ledger import SqlLedger
+from a2a_bridge.store import LARGE_BINDING, StoreConfig, Stores
+from tests.test_ledger_contract import record, task
 from tests.support import A2A, ServerProcess, rpc, user_message
 from tests.test_proto_json import tasks
 
@@ -109,6 +114,46 @@ async def _test_a_canceled_writer_does_not_stop_its_write() -> None:
     assert store.batches == [["a"]]
     with pytest.raises(asyncio.CancelledError):
         await job
+
+
+def test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path: Path) -> None:
+    asyncio.run(_test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path))
+
+
+async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path: Path) -> None:
+    """New tasks saved at once, then their ends (large rows among them): one commit each time, none written alone."""
+    stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'batch.db'}"))
+    store, _ = stores.for_agent("agent")
+    await stores.initialize()
+    ledger = stores.ledger()
+    assert isinstance(ledger, SqlLedger) and stores.engine is not None
+    owner = owner_context("alice")
+    commits: list[int] = []
+    event.listen(stores.engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    alone: list[object] = []
+    write_one = ledger._writes._write_one
+    ledger._writes._write_one = lambda write: alone.append(write) or write_one(write)  # type: ignore[method-assign]
+    try:
+        await ledger.start_session(datetime.now(UTC))
+        ids = [f"task-{index}" for index in range(8)]
+        commits.clear()
+        await asyncio.gather(*(
+            ledger.save(store, task(i, TaskState.TASK_STATE_WORKING), owner, record(i, "claimed", 1), [], new=True)
+            for i in ids
+        ))
+        assert (len(commits), alone) == (1, [])
+        ended = [task(i, TaskState.TASK_STATE_COMPLETED) for i in ids]
+        ended[0].metadata.update({"large": "x" * LARGE_BINDING})
+        await asyncio.gather(*(
+            ledger.save(store, t, owner, record(t.id, "completed", 2), [], log=[(2, "{}")]) for t in ended
+        ))
+        assert (len(commits), alone) == (2, [])
+        for i in ids:
+            found = await ledger.read(i, store, owner)
+            assert found is not None and found[0].revision == 2 and found[1].status.state == TaskState.TASK_STATE_COMPLETED
+    finally:
+        await ledger.close()
+        await stores.close()
 
 
 def send(server: ServerProcess, index: int) -> dict[str, Any]:
