@@ -5,14 +5,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import Task
-from sqlalchemy import Table, and_, bindparam, delete, func, insert, inspect, or_, select, text, tuple_, update
+from sqlalchemy import and_, bindparam, delete, func, insert, inspect, or_, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -31,6 +30,16 @@ from a2a_bridge.ledger import (
     TaskRecord,
     Written,
     read_consistently,
+)
+from a2a_bridge.ledger_batch import (
+    Outcome,
+    Remember,
+    Save,
+    SqliteBatch,
+    Write,
+    followers,
+    fresh_messages,
+    record_rows,
 )
 from a2a_bridge.ledger_tables import (
     claim_events_table,
@@ -55,33 +64,6 @@ log = logging.getLogger(__name__)
 
 _RECORD = select(records_table).where(records_table.c.task_id == bindparam("task_id"))
 """One task's record: built once, as building the statement costs more than its round trip."""
-
-
-@dataclass(frozen=True)
-class _Save:
-    """A task row (absent for a record-only write), its record row, the claim events it posted and the event-log rows
-    it appends; `new` writes the record only if none is stored."""
-
-    table: Table | None
-    task: dict[str, Any] | None
-    record: dict[str, Any]
-    events: list[dict[str, Any]]
-    new: bool = False
-    log: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class _Remember:
-    """A message sent under (agent, owner, messageId), unless it was sent before."""
-
-    key: tuple[str, str, str]
-    sent: SentMessage
-
-
-_Write = _Save | _Remember
-_Outcome = SentMessage | TaskExists | TaskEnded | None
-"""What a write answers: a message's first send, or the refusal of a save; a refusal is the answer of one write, not a
-failure of the batch that holds it."""
 
 
 def _missing_session_column(conn: Connection) -> bool:
@@ -112,7 +94,8 @@ class SqlLedger:
         self._lost: list[Callable[[], None]] = []
         self._written: list[Written] = []
         self._changed = asyncio.Event()
-        self._writes: GroupCommit[_Write, _Outcome] = GroupCommit(self._write_many, self._write_one)
+        self._writes: GroupCommit[Write, Outcome] = GroupCommit(self._write_many, self._write_one)
+        self._sqlite = SqliteBatch(engine.dialect) if engine.dialect.name == "sqlite" else None
 
     async def _init(self) -> None:
         if not self._ready:
@@ -225,18 +208,18 @@ class SqlLedger:
         rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
         if not isinstance(store, DatabaseTaskStore):
             await store.save(task, context)
-            await self._submit("save", _Save(None, None, row_values(record), event_rows(events), new, rows))
+            await self._submit("save", Save(None, None, row_values(record), event_rows(events), new, rows))
             return
         row = task_row(task, store.owner_resolver(context))
-        write = _Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows)
+        write = Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows)
         await self._submit("save", write)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         """Store the record and its claim events; refused (TaskEnded) once the stored record has ended."""
         await self._init()
-        await self._submit("put", _Save(None, None, row_values(record), event_rows(events)))
+        await self._submit("put", Save(None, None, row_values(record), event_rows(events)))
 
-    async def _submit(self, operation: str, write: _Save) -> None:
+    async def _submit(self, operation: str, write: Save) -> None:
         started = time.perf_counter()
         try:
             outcome = await self._writes.submit(write)
@@ -376,7 +359,7 @@ class SqlLedger:
 
     async def remember(self, agent: str, owner: str, message_id: str, sent: SentMessage) -> SentMessage | None:
         await self._init()
-        known = await self._writes.submit(_Remember((agent, owner, message_id), sent))
+        known = await self._writes.submit(Remember((agent, owner, message_id), sent))
         assert not isinstance(known, TaskExists | TaskEnded)
         return known
 
@@ -396,7 +379,7 @@ class SqlLedger:
         async with self.engine.begin() as conn:
             await conn.execute(update(table).where(key).values(task_id=task_id, reply=reply))
 
-    async def _write_many(self, writes: list[_Write]) -> list[_Outcome]:
+    async def _write_many(self, writes: list[Write]) -> list[Outcome]:
         """One transaction for a batch (see `_write_batch`), refused while the store may not be written."""
         self.health.ensure_writable()
         try:
@@ -408,12 +391,12 @@ class SqlLedger:
         self.health.wrote(None)
         return results
 
-    async def _write_batch(self, writes: list[_Write]) -> list[_Outcome]:
+    async def _write_batch(self, writes: list[Write]) -> list[Outcome]:
         """One transaction for a batch (`_write_saves`); the tasks it may have changed are told to `on_written` once
         it is over, committed or not."""
-        results: list[_Outcome] = [None] * len(writes)
-        saves = [(index, write) for index, write in enumerate(writes) if isinstance(write, _Save)]
-        remembered = [(index, write) for index, write in enumerate(writes) if isinstance(write, _Remember)]
+        results: list[Outcome] = [None] * len(writes)
+        saves = [(index, write) for index, write in enumerate(writes) if isinstance(write, Save)]
+        remembered = [(index, write) for index, write in enumerate(writes) if isinstance(write, Remember)]
         try:
             await self._write_saves(saves, remembered, results)
         finally:
@@ -424,49 +407,35 @@ class SqlLedger:
         return results
 
     async def _write_saves(
-        self, saves: list[tuple[int, _Save]], remembered: list[tuple[int, _Remember]], results: list[_Outcome]
+        self, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]], results: list[Outcome]
     ) -> None:
         """The batch's transaction: each record (new ones only where absent, others only where not ended), then for the
         records written their task rows, claim events and event-log rows, and every new message; `results` gets each
-        refused save's refusal."""
+        refused save's refusal. On SQLite in one trip to the connection's thread (`ledger_batch.SqliteBatch`)."""
         async with self.engine.begin() as conn:
+            if self._sqlite is not None:
+                await self._sqlite.run(conn, saves, remembered, results)
+                return
             if remembered:
                 await self._remember_all(conn, remembered, results)
-            written = await self._write_records(conn, [save for _, save in saves])
-            tasks: dict[Table, dict[str, dict[str, Any]]] = {}
-            events: list[dict[str, Any]] = []
-            logged: list[dict[str, Any]] = []
-            for index, save in saves:
-                task_id = save.record["task_id"]
-                if (task_id, save.new) not in written:
-                    results[index] = TaskExists(task_id) if save.new else TaskEnded(task_id)
-                    continue
-                if save.table is not None and save.task is not None:
-                    tasks.setdefault(save.table, {})[task_id] = save.task
-                events += save.events
-                logged += save.log
-            for table, rows in tasks.items():
-                await conn.execute(upsert_statement(self.engine.dialect.name, table), list(rows.values()))
-            if events:
-                await conn.execute(insert(claim_events_table), events)
-            if logged:
-                await conn.execute(insert(events_table), logged)
+            written: set[tuple[str, bool]] = set()
+            for new in (True, False):
+                rows = record_rows((save for _, save in saves), new)
+                if rows:
+                    result = await conn.execute(record_statement(self.engine.dialect.name, new), rows)
+                    written |= {(task_id, new) for task_id in result.scalars().all()}
+            after = followers(saves, written, results)
+            for table, tasks in after.tasks.items():
+                await conn.execute(upsert_statement(self.engine.dialect.name, table), list(tasks.values()))
+            if after.events:
+                await conn.execute(insert(claim_events_table), after.events)
+            if after.logged:
+                await conn.execute(insert(events_table), after.logged)
             changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
-            await self._notify(conn, changed + event_notices(logged))
-
-    async def _write_records(self, conn: AsyncConnection, saves: list[_Save]) -> set[tuple[str, bool]]:
-        """Write the records (each task's last row; new ones first) and return which (task id, new) were written."""
-        written: set[tuple[str, bool]] = set()
-        for new in (True, False):
-            rows = {save.record["task_id"]: save.record for save in saves if save.new == new}
-            if rows:
-                statement = record_statement(self.engine.dialect.name, new)
-                result = await conn.execute(statement, list(rows.values()))
-                written |= {(task_id, new) for task_id in result.scalars().all()}
-        return written
+            await self._notify(conn, changed + event_notices(after.logged))
 
     async def _remember_all(
-        self, conn: AsyncConnection, remembered: list[tuple[int, _Remember]], results: list[_Outcome]
+        self, conn: AsyncConnection, remembered: list[tuple[int, Remember]], results: list[Outcome]
     ) -> None:
         """Insert the messages not sent before; the others get what their first send stored."""
         table = messages_table
@@ -476,25 +445,15 @@ class SqlLedger:
             (row.agent, row.owner, row.message_id): SentMessage(row.fingerprint, row.task_id, row.reply, row.session)
             for row in (await conn.execute(query)).all()
         }
-        fresh: list[dict[str, Any]] = []
-        for index, write in remembered:
-            if write.key in known:
-                results[index] = known[write.key]
-                continue
-            known[write.key] = write.sent
-            agent, owner, message_id = write.key
-            fresh.append({
-                "agent": agent, "owner": owner, "message_id": message_id, "fingerprint": write.sent.fingerprint,
-                "task_id": write.sent.task_id, "reply": write.sent.reply, "session": write.sent.session,
-            })
+        fresh = fresh_messages(remembered, known, results)
         if fresh:
             await conn.execute(insert(table), fresh)
 
-    async def _write_one(self, write: _Write) -> _Outcome:
+    async def _write_one(self, write: Write) -> Outcome:
         """A write alone; a message another replica inserted first is answered from its row."""
         try:
             return (await self._write_many([write]))[0]
         except IntegrityError:
-            if not isinstance(write, _Remember):
+            if not isinstance(write, Remember):
                 raise
             return (await self._write_many([write]))[0]

@@ -2,7 +2,7 @@
 
 import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from a2a_bridge.ledger import Ledger, MemoryLedger
+from a2a_bridge.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
 from a2a_bridge.proto_json import from_dict
 from a2a_bridge.sql_ledger import SqlLedger
 from a2a_bridge.sql_task_store import SqlTaskStore
@@ -82,36 +83,18 @@ READERS = 4
 """Connections of the SQLite read pool, beside the one writer."""
 
 
-LARGE_BINDING = 1024 * 1024
-"""Bytes bound to one statement (a large task's row) past which its SQLite connection is closed once back in the pool:
-the sqlite3 module caches its statements with the values last bound to them, so each cached write of a large task
-kept a copy of its row (54 MB after 60 follow-ups of 1 MB) until the statement ran again."""
-_LARGE = "a2a_bridge.large_binding"
-
-
-def bound_values(parameters: Any) -> Iterator[Any]:
-    """The values a statement bound: one row's, or many rows' (an executemany; SQLAlchemy's "insertmanyvalues" hands
-    its one statement of many rows over flat, yet flagged as an executemany)."""
-    for item in parameters.values() if isinstance(parameters, dict) else parameters:
-        if isinstance(item, tuple | list):
-            yield from item
-        elif isinstance(item, dict):
-            yield from item.values()
-        else:
-            yield item
-
-
 def note_large_binding(
     conn: Connection, _cursor: Any, _statement: str, parameters: Any, _context: Any, _executemany: bool
 ) -> None:
-    """Mark the connection of a statement that bound LARGE_BINDING bytes or more."""
-    if sum(len(value) for value in bound_values(parameters) if isinstance(value, str | bytes)) >= LARGE_BINDING:
-        conn.info[_LARGE] = True
+    """Mark the connection of a statement that bound LARGE_BINDING bytes or more (the ledger's batches mark their own:
+    `ledger_batch.SqliteBatch`)."""
+    if bound_bytes(parameters) >= LARGE_BINDING:
+        conn.info[LARGE] = True
 
 
 def close_after_large_binding(_connection: Any, entry: ConnectionPoolEntry) -> None:
     """Close a connection returned to the pool after it bound a large value; the pool opens a new one when needed."""
-    if entry.info.pop(_LARGE, False):
+    if entry.info.pop(LARGE, False):
         entry.invalidate()
 
 

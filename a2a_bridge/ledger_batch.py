@@ -1,0 +1,231 @@
+"""A batch of the ledger's writes (one group commit): what each write is, what the batch writes once its records are
+written, and on SQLite the whole batch in one call on the connection's own thread.
+
+On SQLite each statement SQLAlchemy executes through aiosqlite is several trips to that thread (cursor, execute,
+fetch, close), each one woken on the event loop again, and an execution context built anew: most of a trivial
+turn's cost on the default store. `SqliteBatch` compiles the batch's statements once (the same SQLAlchemy statements
+the PostgreSQL path executes), binds each value with the column type's own bind processor (stored exactly as
+SQLAlchemy stores it) and runs the batch's statements in one trip, inside the transaction the caller's
+`engine.begin()` holds and commits."""
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, and_, insert, select
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import Executable
+
+from a2a_bridge.ledger import SentMessage, TaskEnded, TaskExists
+from a2a_bridge.ledger_tables import (
+    claim_events_table,
+    events_table,
+    messages_table,
+    record_statement,
+    records_table,
+    upsert_statement,
+)
+
+LARGE_BINDING = 1024 * 1024
+"""Bytes bound to one statement (a large task's row) past which its SQLite connection is closed once back in the pool:
+the sqlite3 module caches its statements with the values last bound to them, so each cached write of a large task
+kept a copy of its row (54 MB after 60 follow-ups of 1 MB) until the statement ran again."""
+LARGE = "a2a_bridge.large_binding"
+"""The pool entry's mark of a connection that bound LARGE_BINDING bytes or more."""
+
+
+@dataclass(frozen=True)
+class Save:
+    """A task row (absent for a record-only write), its record row, the claim events it posted and the event-log rows
+    it appends; `new` writes the record only if none is stored."""
+
+    table: Table | None
+    task: dict[str, Any] | None
+    record: dict[str, Any]
+    events: list[dict[str, Any]]
+    new: bool = False
+    log: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Remember:
+    """A message sent under (agent, owner, messageId), unless it was sent before."""
+
+    key: tuple[str, str, str]
+    sent: SentMessage
+
+
+Write = Save | Remember
+Outcome = SentMessage | TaskExists | TaskEnded | None
+"""What a write answers: a message's first send, or the refusal of a save; a refusal is the answer of one write, not a
+failure of the batch that holds it."""
+Known = dict[tuple[str, str, str], SentMessage]
+
+
+def fresh_messages(remembered: list[tuple[int, Remember]], known: Known, results: list[Outcome]) -> list[dict[str, Any]]:
+    """The rows of the messages not sent before; the others' writes get what their first send stored (`known`)."""
+    fresh: list[dict[str, Any]] = []
+    for index, write in remembered:
+        if write.key in known:
+            results[index] = known[write.key]
+            continue
+        known[write.key] = write.sent
+        agent, owner, message_id = write.key
+        sent = write.sent
+        fresh.append({
+            "agent": agent, "owner": owner, "message_id": message_id, "fingerprint": sent.fingerprint,
+            "task_id": sent.task_id, "reply": sent.reply, "session": sent.session,
+        })
+    return fresh
+
+
+def record_rows(saves: Iterable[Save], new: bool) -> list[dict[str, Any]]:
+    """The record rows to write, new ones or the others: each task's last."""
+    return list({save.record["task_id"]: save.record for save in saves if save.new == new}.values())
+
+
+@dataclass
+class Followers:
+    """What the saves whose records were written write after them: task rows (by table, each task's last), claim
+    events and event-log rows."""
+
+    tasks: dict[Table, dict[str, dict[str, Any]]]
+    events: list[dict[str, Any]]
+    logged: list[dict[str, Any]]
+
+
+def followers(saves: list[tuple[int, Save]], written: set[tuple[str, bool]], results: list[Outcome]) -> Followers:
+    """The rows that follow the records written; each save whose record was not gets its refusal in `results`."""
+    after = Followers({}, [], [])
+    for index, save in saves:
+        task_id = save.record["task_id"]
+        if (task_id, save.new) not in written:
+            results[index] = TaskExists(task_id) if save.new else TaskEnded(task_id)
+            continue
+        if save.table is not None and save.task is not None:
+            after.tasks.setdefault(save.table, {})[task_id] = save.task
+        after.events += save.events
+        after.logged += save.log
+    return after
+
+
+def bound_values(parameters: Any) -> Iterator[Any]:
+    """The values a statement bound: one row's, or many rows' (an executemany; SQLAlchemy's "insertmanyvalues" hands
+    its one statement of many rows over flat, yet flagged as an executemany)."""
+    for item in parameters.values() if isinstance(parameters, dict) else parameters:
+        if isinstance(item, tuple | list):
+            yield from item
+        elif isinstance(item, dict):
+            yield from item.values()
+        else:
+            yield item
+
+
+def bound_bytes(parameters: Any) -> int:
+    return sum(len(value) for value in bound_values(parameters) if isinstance(value, str | bytes))
+
+
+class Compiled:
+    """One statement compiled once for a dialect, and the rows it binds as SQLAlchemy binds them (each value through
+    its column type's bind processor, in the statement's order of parameters)."""
+
+    def __init__(self, statement: Executable, table: Table, dialect: Dialect, keys: list[str] | None = None) -> None:
+        compiled = statement.compile(dialect=dialect, column_keys=keys)
+        self.sql = str(compiled)
+        order = compiled.positiontup or []
+        types = {column.key: column.type for column in table.columns}
+        self._binds = [(name, types[name].dialect_impl(dialect).bind_processor(dialect)) for name in order]
+
+    def bind(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[name] if process is None else process(row[name]) for name, process in self._binds)
+
+
+class SqliteBatch:
+    """The ledger's batch on SQLite in one trip to the connection's thread (see the module's docstring)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        messages = messages_table
+        key = and_(messages.c.agent == "", messages.c.owner == "", messages.c.message_id == "")
+        columns = [messages.c.fingerprint, messages.c.task_id, messages.c.reply, messages.c.session]
+        self._known = str(select(*columns).where(key).compile(dialect=dialect))
+        """A message's row by its key (agent, owner, messageId: three text parameters in that order)."""
+        self._message = Compiled(insert(messages), messages, dialect)
+        self._records = {
+            new: Compiled(record_statement(dialect.name, new), records_table, dialect) for new in (True, False)
+        }
+        self._events = Compiled(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
+        self._logged = Compiled(insert(events_table), events_table, dialect)
+        self._tasks: dict[Table, Compiled] = {}
+
+    async def run(
+        self, conn: AsyncConnection, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
+        results: list[Outcome],
+    ) -> set[tuple[str, bool]]:
+        """Write the batch in the transaction `conn` holds (its caller commits); `results` gets each remembered
+        message's first send and each refused save's refusal. Returns the (task id, new) of the records written."""
+        for _, save in saves:
+            if save.table is not None and save.table not in self._tasks:
+                self._tasks[save.table] = Compiled(upsert_statement(self._dialect.name, save.table), save.table, self._dialect)
+        raw = await conn.get_raw_connection()
+        driver = raw.driver_connection
+        large: list[bool] = []
+        written: set[tuple[str, bool]] = await driver._execute(  # type: ignore[union-attr]
+            self._write, driver, saves, remembered, results, large
+        )
+        if large:
+            raw.info[LARGE] = True
+        return written
+
+    def _write(
+        self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
+        results: list[Outcome], large: list[bool],
+    ) -> set[tuple[str, bool]]:
+        """On the connection's thread: the batch's statements, a failure raised as SQLAlchemy raises it."""
+        db: sqlite3.Connection = driver._conn
+        statement = ""
+        try:
+            if remembered:
+                statement = self._known
+                known: Known = {}
+                for key in {write.key for _, write in remembered}:
+                    row = db.execute(statement, key).fetchone()
+                    if row is not None:
+                        known[key] = SentMessage(*row)
+                statement = self._message.sql
+                self._many(db, self._message, fresh_messages(remembered, known, results), large)
+            written: set[tuple[str, bool]] = set()
+            for new in (True, False):
+                records = self._records[new]
+                statement = records.sql
+                for row in record_rows((save for _, save in saves), new):
+                    if db.execute(statement, records.bind(row)).fetchall():
+                        written.add((row["task_id"], new))
+            after = followers(saves, written, results)
+            for table, rows in after.tasks.items():
+                statement = self._tasks[table].sql
+                self._many(db, self._tasks[table], list(rows.values()), large)
+            statement = self._events.sql
+            self._many(db, self._events, after.events, large)
+            statement = self._logged.sql
+            self._many(db, self._logged, after.logged, large)
+        except sqlite3.Error as error:
+            raise DBAPIError.instance(statement, None, error, sqlite3.Error) from error
+        return written
+
+    @staticmethod
+    def _many(db: sqlite3.Connection, compiled: Compiled, rows: list[dict[str, Any]], large: list[bool]) -> None:
+        """Bind and insert the rows (none: nothing), noting a large binding."""
+        if not rows:
+            return
+        bound = [compiled.bind(row) for row in rows]
+        if bound_bytes(bound) >= LARGE_BINDING:
+            large.append(True)
+        db.executemany(compiled.sql, bound)
+
+
+EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence", "at"]
+"""A claim event's columns as `ClaimEvent.row` gives them (the id is the table's own)."""
