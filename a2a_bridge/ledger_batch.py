@@ -128,6 +128,10 @@ def bound_bytes(parameters: Any) -> int:
     return sum(len(value) for value in bound_values(parameters) if isinstance(value, str | bytes))
 
 
+EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence", "at"]
+"""A claim event's columns as `ClaimEvent.row` gives them (the id is the table's own)."""
+
+
 class Compiled:
     """One statement compiled once for a dialect, and the rows it binds as SQLAlchemy binds them (each value through
     its column type's bind processor, in the statement's order of parameters)."""
@@ -144,7 +148,9 @@ class Compiled:
 
 
 class SqliteBatch:
-    """The ledger's batch on SQLite in one trip to the connection's thread (see the module's docstring)."""
+    """The ledger's batch on SQLite in one trip to the connection's thread (see the module's docstring): aiosqlite
+    offers no public call that runs a function there, so this uses its `_execute` and `_conn` (aiosqlite 0.22; the
+    tests of the ledger on SQLite fail loudly should they change)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
@@ -225,7 +231,3 @@ class SqliteBatch:
         if bound_bytes(bound) >= LARGE_BINDING:
             large.append(True)
         db.executemany(compiled.sql, bound)
-
-
-EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence", "at"]
-"""A claim event's columns as `ClaimEvent.row` gives them (the id is the table's own)."""

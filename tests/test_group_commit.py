@@ -121,7 +121,8 @@ def test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path: 
 
 
 async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path: Path) -> None:
-    """New tasks saved at once, then their ends (large rows among them): one commit each time, none written alone."""
+    """New tasks saved at once, then their ends (a large row among them): one commit each time, none written alone;
+    the writer's connection that bound the large row is not used again."""
     stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'batch.db'}"))
     store, _ = stores.for_agent("agent")
     await stores.initialize()
@@ -129,7 +130,9 @@ async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp
     assert isinstance(ledger, SqlLedger) and stores.engine is not None
     owner = owner_context("alice")
     commits: list[int] = []
+    connects: list[int] = []
     event.listen(stores.engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    event.listen(stores.engine.sync_engine, "connect", lambda _conn, _record: connects.append(1))
     alone: list[object] = []
     write_one = ledger._writes._write_one
     ledger._writes._write_one = lambda write: alone.append(write) or write_one(write)  # type: ignore[method-assign]
@@ -151,6 +154,9 @@ async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp
         for i in ids:
             found = await ledger.read(i, store, owner)
             assert found is not None and found[0].revision == 2 and found[1].status.state == TaskState.TASK_STATE_COMPLETED
+        opened = len(connects)
+        await ledger.put(record(ids[0], "completed", 3), [])
+        assert len(connects) == opened + 1, "the connection that bound a large row was closed, a new one opened"
     finally:
         await ledger.close()
         await stores.close()
