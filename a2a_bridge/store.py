@@ -27,7 +27,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 from a2a_bridge.ledger import Ledger, MemoryLedger
 from a2a_bridge.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
@@ -98,6 +98,20 @@ def close_after_large_binding(_connection: Any, entry: ConnectionPoolEntry) -> N
         entry.invalidate()
 
 
+def roll_back_open_transaction(dbapi_connection: Any, entry: ConnectionPoolEntry, state: PoolResetState) -> None:
+    """A SQLite connection back in the pool is rolled back only if a transaction is still open on it: after a commit
+    (every `engine.begin()` that ends well) SQLAlchemy's own reset rolled back anyway, one more trip to aiosqlite's
+    thread per transaction for nothing."""
+    if state.terminate_only:
+        return
+    try:
+        idle = not entry.driver_connection.in_transaction  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - a connection that cannot say is rolled back (and dropped if that fails)
+        idle = False
+    if not idle:
+        dbapi_connection.rollback()
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """A parsed `--store` value: `memory`, `sqlite:///PATH` or `postgresql://…`."""
@@ -136,9 +150,13 @@ class Stores:
         queue behind the one writer; otherwise the engine itself."""
         self._tables: list[SqlTaskStore | DatabasePushNotificationConfigStore] = []
         if config.url is not None:
-            kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}, "pool_size": 1, "max_overflow": 0} if config.url.startswith("sqlite") else {}
+            sqlite = config.url.startswith("sqlite")
+            kwargs: dict[str, Any] = {
+                "connect_args": {"timeout": 30}, "pool_size": 1, "max_overflow": 0, "pool_reset_on_return": None,
+            } if sqlite else {}
             self.engine = self.reader = create_async_engine(config.url, **kwargs)
-            if self.engine.dialect.name == "sqlite":
+            if sqlite:
+                event.listen(self.engine.sync_engine, "reset", roll_back_open_transaction)
                 event.listen(self.engine.sync_engine, "connect", write_ahead_log)
                 event.listen(self.engine.sync_engine, "after_cursor_execute", note_large_binding)
                 event.listen(self.engine.sync_engine, "checkin", close_after_large_binding)
@@ -146,6 +164,7 @@ class Stores:
                 readers = {**kwargs, "pool_size": READERS}
                 self.reader = create_async_engine(config.url, **readers)
                 event.listen(self.reader.sync_engine, "connect", read_only)
+                event.listen(self.reader.sync_engine, "reset", roll_back_open_transaction)
 
     def for_agent(self, agent: str) -> tuple[TaskStore, PushNotificationConfigStore]:
         suffix = agent.replace("-", "_")
