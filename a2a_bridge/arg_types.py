@@ -12,15 +12,20 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 """The levels uvicorn and the logging module both know (`trace` is uvicorn's, below debug)."""
 
 
-def port(text: str) -> int:
-    """A TCP port, 0 (any free port) to 65535."""
+def _whole_number(text: str, lowest: int, highest: float, expected: str) -> int:
+    """A whole number from `lowest` to `highest`, else refused as `expected {expected}, got …`."""
     try:
         number = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}") from None
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {number}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not lowest <= number <= highest:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {number}")
     return number
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (any free port) to 65535."""
+    return _whole_number(text, 0, 65535, "a port number from 0 to 65535")
 
 
 def _seconds(text: str) -> float:
@@ -51,13 +56,7 @@ def seconds_or_zero(text: str) -> float:
 
 def positive_count(text: str) -> int:
     """A whole number from 1."""
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {number}")
-    return number
+    return _whole_number(text, 1, math.inf, "a whole number from 1")
 
 
 def writable_file(text: str) -> Path:
