@@ -90,16 +90,19 @@ def test_clone_tasks_copies_every_row_naming_the_task_under_fresh_ids(tmp_path: 
         db.execute("CREATE TABLE tasks_bench (id VARCHAR(36) PRIMARY KEY, context_id VARCHAR(36), history JSON)")
         db.execute("CREATE TABLE bridge_claim_events (id INTEGER PRIMARY KEY, task_id VARCHAR(64), evidence JSON)")
         db.execute("CREATE TABLE bridge_sessions (generation INTEGER PRIMARY KEY, started_at TEXT)")
-        db.execute("INSERT INTO tasks_bench VALUES ('t-1', 'c-1', '[{\"taskId\": \"t-1\", \"contextId\": \"c-1\"}]')")
-        db.executemany("INSERT INTO bridge_claim_events (task_id, evidence) VALUES ('t-1', ?)", [("{}",), ("{}",)])
+        history = json.dumps([{"taskId": "task-template", "contextId": "context-template"}])
+        db.execute("INSERT INTO tasks_bench VALUES ('task-template', 'context-template', ?)", (history,))
+        db.executemany("INSERT INTO bridge_claim_events (task_id, evidence) VALUES ('task-template', ?)", [("{}",), ("{}",)])
         db.execute("INSERT INTO bridge_sessions (started_at) VALUES ('now')")
-    created = clone_tasks(database, "t-1", 3)
+    created = clone_tasks(database, "task-template", 3)
     with sqlite3.connect(database) as db:
-        tasks = db.execute("SELECT id, context_id, history FROM tasks_bench WHERE id != 't-1'").fetchall()
-        events = db.execute("SELECT task_id FROM bridge_claim_events WHERE task_id != 't-1'").fetchall()
+        tasks = db.execute("SELECT id, context_id, history FROM tasks_bench WHERE id != 'task-template'").fetchall()
+        events = db.execute("SELECT task_id FROM bridge_claim_events WHERE task_id != 'task-template'").fetchall()
         sessions = db.execute("SELECT count(*) FROM bridge_sessions").fetchone()
     assert sorted(created) == sorted(task_id for task_id, _, _ in tasks)
-    assert all(task_id in history and context_id in history and "t-1" not in history for task_id, context_id, history in tasks)
+    assert all(
+        task_id in history and context_id in history and "task-template" not in history for task_id, context_id, history in tasks
+    )
     assert len({context_id for _, context_id, _ in tasks}) == 3
     assert sorted(task_id for (task_id,) in events) == sorted(created * 2)
     assert sessions == (1,)
