@@ -16,3 +16,10 @@ def test_blocking_send_completes(server: ServerProcess) -> None:
     task = reply["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert task["status"]["message"]["parts"][0]["text"] == "1 failed, 11 passed"
+
+
+def test_health_and_readiness_answer_once_started(server: ServerProcess) -> None:
+    health = httpx.get(f"{server.url}/healthz", timeout=10)
+    ready = httpx.get(f"{server.url}/readyz", timeout=10)
+    assert (health.status_code, health.json()) == (200, {"status": "up"})
+    assert ready.status_code == 200 and ready.json()["ready"] is True
