@@ -14,6 +14,8 @@ from a2a_bridge.turn_execution import BridgeRequestContext
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 """An agent's name: the first segment of its paths (`/{name}/a2a/jsonrpc`)."""
+TAKEN = ("console",)
+"""Names whose paths the server answers itself (`/console/` is the operator console)."""
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Agent:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
             raise ValueError(f"agent name {self.name!r}: use lowercase letters, digits, '-' and '_'")
+        if self.name in TAKEN:
+            raise ValueError(f"agent name {self.name!r}: /{self.name}/ is the server's own; choose another name")
         if not isinstance(self.card, AgentCard):
             raise TypeError(f"agent {self.name}: card is a {type(self.card).__name__}, not an a2a.types.AgentCard")
         if not isinstance(self.executor, AgentExecutor):

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
 from a2a_bridge.agent import Agent
+from a2a_bridge.agent_mounts import AgentMounts
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
 from a2a_bridge.binding_paths import TrailingSlash
 from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls
@@ -333,9 +334,9 @@ class Bridge:
             Route("/metrics", metrics, methods=["GET"]),
             Mount("/console", app=console_app(self)),
         ]
-        routes += [Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()]
-        app = Starlette(routes=routes, lifespan=self.lifespan)
-        return RequestGuard(app, self.security.allowed_hosts, public_url)
+        mounts = {name: Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()}
+        app = Starlette(routes=[*routes, *mounts.values()], lifespan=self.lifespan)
+        return RequestGuard(AgentMounts(app, mounts), self.security.allowed_hosts, public_url)
 
     def kit_app(self, name: str, public_url: str | None = None) -> ASGIApp:
         """One agent at the root of its own port, as the capture kit serves it; `public_url` is that port's address."""

@@ -36,6 +36,12 @@ STATE_TABLE: dict[str, StateRow] = {
 }
 
 
+NAMES: dict[int, str] = {number: name for name, number in TaskState.items()}
+"""The wire name of each A2A state number (one string object per state)."""
+ROWS: dict[int, StateRow] = {number: STATE_TABLE[name] for number, name in NAMES.items() if name in STATE_TABLE}
+"""The table row of each state number that has one."""
+
+
 class UnknownStateError(ValueError):
     """A state that has no view: TASK_STATE_UNSPECIFIED or a name outside the nine."""
 
@@ -43,10 +49,12 @@ class UnknownStateError(ValueError):
 def row_for(state: "int | str") -> StateRow:
     """The table row of an A2A state given by enum number or name."""
     if isinstance(state, int):
-        try:
-            name = TaskState.Name(state)
-        except ValueError as e:
-            raise UnknownStateError(f"unknown task state number {state}") from e
+        row = ROWS.get(state)
+        if row is not None:
+            return row
+        if state not in NAMES:
+            raise UnknownStateError(f"unknown task state number {state}")
+        name = NAMES[state]
     else:
         name = state
     row = STATE_TABLE.get(name)
@@ -66,5 +74,6 @@ def is_interrupted(state: "int | str") -> bool:
 
 
 def state_name(state: int) -> str:
-    """The wire name of an A2A state number."""
-    return TaskState.Name(state)
+    """The wire name of an A2A state number (ValueError for a number that names none, as `TaskState.Name`)."""
+    name = NAMES.get(state)
+    return name if name is not None else TaskState.Name(state)
