@@ -1,6 +1,6 @@
 """JSON response bodies byte for byte as Starlette's `JSONResponse` writes them (compact, UTF-8, no NaN), by orjson
-where its bytes are the same: content made only of dicts with string keys, lists, strings, integers within 64 bits,
-booleans and null. Floats go to the standard library, as orjson writes some of them otherwise (1e-07 as 1e-7), and so
+where its bytes are the same: content made only of dicts with string keys (orjson refuses other keys), lists,
+strings, integers within 64 bits, booleans and null. Floats go to the standard library, as orjson writes some of them otherwise (1e-07 as 1e-7), and so
 does anything orjson refuses (a lone surrogate, a larger integer), which then fails or succeeds as it always did."""
 
 import json
@@ -14,14 +14,13 @@ PLAIN = (str, int, bool, type(None))
 
 
 def plain(content: Any) -> bool:
-    """Whether the content holds only dicts with string keys, lists and PLAIN scalars (no float)."""
+    """Whether the content holds only dicts, lists and PLAIN scalars (no float). Dict keys are left to orjson, which
+    refuses any key that is not a `str` (the standard library writes those then)."""
     stack = [content]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is dict:
-            if not all(type(key) is str for key in item):
-                return False
             stack.extend(item.values())
         elif kind is list:
             stack.extend(item)
