@@ -40,7 +40,7 @@ class TaskEnded(Exception):
         self.task_id = task_id
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     """The bridge's row for one task: who it is for, its status-view fields and its claim."""
 
@@ -65,7 +65,7 @@ class TaskRecord:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SentMessage:
     """A message a caller already sent, for idempotent retries; `session` is the session sending it (None once no
     process is sending it)."""
@@ -76,7 +76,7 @@ class SentMessage:
     session: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClaimEvent:
     """One claim operation posted for a task, with its evidence."""
 

@@ -65,6 +65,11 @@ def is_interrupted(state: "int | str") -> bool:
     return row_for(state).state_class is StateClass.INTERRUPTED
 
 
+STATE_NAMES = {number: name for name, number in TaskState.items()}
+"""Each state's wire name, one string each: `TaskState.Name` makes a new one per call, which records kept it."""
+
+
 def state_name(state: int) -> str:
     """The wire name of an A2A state number."""
-    return TaskState.Name(state)
+    name = STATE_NAMES.get(state)
+    return name if name is not None else TaskState.Name(state)
