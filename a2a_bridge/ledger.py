@@ -220,6 +220,11 @@ def interned(task_id: str | None) -> str | None:
     return None if task_id is None else sys.intern(task_id)
 
 
+def event_lines(events: list[ClaimEvent]) -> list[tuple[str, bytes]]:
+    """Each event's task id and JSON line, made before a memory write changes anything (so that it fails whole)."""
+    return [(sys.intern(event.task_id), event.packed()) for event in events]
+
+
 class MemoryLedger:
     """The ledger for `--store memory`: the same contract, in dictionaries, kept small (issue 18: the memory store's
     RSS per finished task at most the stock SDK's): a task's claim events as JSON lines, the claims of ended tasks
@@ -273,8 +278,9 @@ class MemoryLedger:
             raise TaskExists(record.task_id)
         if current is not None and ended(current) and not rewrites_end(current, record):
             raise TaskEnded(record.task_id)
+        lines = event_lines(events)
         await store.save(task, context)
-        self._keep(record, events)
+        self._keep(record, lines)
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         current = self._records.get(record.task_id)
@@ -283,7 +289,7 @@ class MemoryLedger:
             expected.state,
         ):
             return False
-        self._keep(record, events)
+        self._keep(record, event_lines(events))
         return True
 
     async def add_request(self, request: Request, at: datetime) -> None:
@@ -321,13 +327,12 @@ class MemoryLedger:
         current = self._records.get(record.task_id)
         if current is not None and ended(current) and not rewrites_end(current, record):
             raise TaskEnded(record.task_id)
-        self._keep(record, events)
+        self._keep(record, event_lines(events))
 
     async def held_by_others(self, agent: str, session: int) -> list[TaskRecord]:
         return []
 
-    def _keep(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        lines = [(sys.intern(event.task_id), event.packed()) for event in events]
+    def _keep(self, record: TaskRecord, lines: list[tuple[str, bytes]]) -> None:
         kept = record.copy()
         kept.task_id = sys.intern(kept.task_id)
         if ended(kept):
