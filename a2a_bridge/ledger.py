@@ -217,6 +217,7 @@ async def read_consistently(
 
 
 def interned(task_id: str | None) -> str | None:
+    """The one string of a task id a memory store keeps (None stays None)."""
     return None if task_id is None else sys.intern(task_id)
 
 
