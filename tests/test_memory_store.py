@@ -1,16 +1,24 @@
 """The memory store (`--store memory`), which keeps each task as its protobuf encoding and the ledger's rows compacted
 (issue 18), through the wire: a task reads back as it was answered, only by who may see it and cut to historyLength;
 ListTasks pages each task once, newest first, filtered, refusing a token it did not issue; the claim view shows each
-claim event in order with its evidence and time; a retried messageId gets its task, another message under it -32602."""
+claim event in order with its evidence and time; a retried messageId gets its task, another message under it -32602.
+Beside the wire, the store itself against the SDK's `InMemoryTaskStore` on what the wire rarely shows."""
 
+import asyncio
+import random
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from a2a.server.tasks import InMemoryTaskStore, TaskStore
+from a2a.types import ListTasksRequest, Task, TaskState, TaskStatus
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from a2a_bridge.agents import bench
+from a2a_bridge.auth import owner_context
+from a2a_bridge.memory_task_store import MemoryTaskStore
 from tests.support import A2A, rpc, serve_in_thread, user_message
 from tests.test_stored_reads import ALICE, BOB, bench_bridge, every_page, list_rest, list_rpc, send, timestamp
 
@@ -92,3 +100,48 @@ def test_a_retried_message_id_gets_its_task_and_another_message_under_it_is_refu
     assert again["id"] == first["id"]
     refused = rpc(base, "SendMessage", {"message": user_message("other", message_id)})["error"]
     assert refused["code"] == -32602 and "already sent with a different message" in str(refused), refused
+
+
+
+def every_listed_page(store: TaskStore, params: ListTasksRequest) -> list[tuple[list[str], int, str]]:
+    """Every page of a listing for alice: its task ids, totalSize and next page token."""
+    request = ListTasksRequest()
+    request.CopyFrom(params)
+    pages = []
+    for _ in range(100):
+        response = asyncio.run(store.list(request, owner_context("alice")))
+        pages.append(([task.id for task in response.tasks], response.total_size, response.next_page_token))
+        if not response.next_page_token:
+            return pages
+        request.page_token = response.next_page_token
+    raise AssertionError("paging did not end")
+
+
+def test_tasks_read_and_list_as_in_the_sdk_store() -> None:
+    """The SDK's InMemoryTaskStore as the reference, on what the wire rarely shows: tasks without a status timestamp,
+    equal timestamps (ties by id), times before 1970 and past 2262 (beyond 64-bit nanoseconds), updated tasks, other
+    owners, every filter, pages of several sizes."""
+    ours, reference = MemoryTaskStore(), InMemoryTaskStore()
+    rng = random.Random(18)
+    states = [TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_WORKING]
+    for n in range(80):
+        task = Task(id=f"t{rng.randrange(50):02d}", context_id=rng.choice(["c1", "c2"]), status=TaskStatus(state=rng.choice(states)))
+        seconds = rng.choice([None, 0, -86_400, 1_700_000_000, 1_700_000_000, 32_503_680_000])
+        if seconds is not None:
+            task.status.timestamp.seconds, task.status.timestamp.nanos = seconds, rng.choice([0, 5, 999_999_999])
+        task.history.add().parts.add().text = f"message {n}"
+        owner = owner_context(rng.choice(["alice", "alice", "bob"]))
+        for store in (ours, reference):
+            asyncio.run(store.save(task, owner))
+    for task_id in [f"t{n:02d}" for n in range(50)]:
+        for who in ("alice", "bob", "carol"):
+            found = [asyncio.run(store.get(task_id, owner_context(who))) for store in (ours, reference)]
+            assert found[0] == found[1], (task_id, who)
+    after = Timestamp(seconds=1_700_000_000)
+    listings = [ListTasksRequest(page_size=size) for size in (1, 7, 100)] + [
+        ListTasksRequest(page_size=5, context_id="c1"),
+        ListTasksRequest(page_size=5, status=TaskState.TASK_STATE_COMPLETED),
+        ListTasksRequest(page_size=5, status_timestamp_after=after, context_id="c2"),
+    ]
+    for params in listings:
+        assert every_listed_page(ours, params) == every_listed_page(reference, params), params
