@@ -69,7 +69,7 @@ class ClaimError(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     """The claim view of one task."""
 

@@ -4,11 +4,13 @@ sessions, replica requests and the event log; the ledger's contract (`Ledger`) a
 
 import asyncio
 import collections
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
 from a2a.types import Task
@@ -40,7 +42,7 @@ class TaskEnded(Exception):
         self.task_id = task_id
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     """The bridge's row for one task: who it is for, its status-view fields and its claim."""
 
@@ -65,7 +67,7 @@ class TaskRecord:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SentMessage:
     """A message a caller already sent, for idempotent retries; `session` is the session sending it (None once no
     process is sending it)."""
@@ -76,7 +78,7 @@ class SentMessage:
     session: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClaimEvent:
     """One claim operation posted for a task, with its evidence."""
 
@@ -96,6 +98,23 @@ class ClaimEvent:
             "evidence": self.evidence,
             "at": self.at,
         }
+
+    def packed(self) -> bytes:
+        """The event as one JSON line, its task id aside: how a memory store keeps it (a few hundred bytes less per
+        event than its objects; JSON, as the SQL stores keep the evidence)."""
+        return orjson.dumps((self.claim_generation, self.operation, self.state, self.evidence, self.at)) + b"\n"
+
+
+def unpacked(lines: bytes) -> list[dict[str, Any]]:
+    """The claim events `ClaimEvent.packed` wrote, as the rows `Ledger.claim_events` answers, in their order."""
+    rows = []
+    for line in lines.splitlines():
+        generation, operation, state, evidence, at = orjson.loads(line)
+        rows.append({
+            "claim_generation": generation, "operation": operation, "state": state, "evidence": evidence,
+            "at": datetime.fromisoformat(at),
+        })
+    return rows
 
 
 @dataclass(frozen=True)
@@ -197,15 +216,29 @@ async def read_consistently(
             return again, task
 
 
+def interned(task_id: str | None) -> str | None:
+    """The one string of a task id a memory store keeps (None stays None)."""
+    return None if task_id is None else sys.intern(task_id)
+
+
+def event_lines(events: list[ClaimEvent]) -> list[tuple[str, bytes]]:
+    """Each event's task id and JSON line, made before a memory write changes anything (so that it fails whole)."""
+    return [(sys.intern(event.task_id), event.packed()) for event in events]
+
+
 class MemoryLedger:
-    """The ledger for `--store memory`: the same contract, in dictionaries."""
+    """The ledger for `--store memory`: the same contract, in dictionaries, kept small (issue 18: the memory store's
+    RSS per finished task at most the stock SDK's): a task's claim events as JSON lines, the claims of ended tasks
+    shared (they never change), sent messages by (agent, owner) and then by message id, and one string per task id
+    (interned, as `MemoryTaskStore` interns it: the sent message, the record, the keys and the task share it)."""
 
     shared = False
 
     def __init__(self) -> None:
         self._records: dict[str, TaskRecord] = {}
-        self._events: dict[str, list[dict[str, Any]]] = {}
-        self._messages: dict[tuple[str, str, str], SentMessage] = {}
+        self._events: dict[str, bytes] = {}
+        self._ended_claims: dict[Claim, Claim] = {}
+        self._messages: dict[tuple[str, str], dict[str, SentMessage]] = {}
         self._sessions = 0
         self._changed = asyncio.Event()
         self._written: list[Written] = []
@@ -246,8 +279,9 @@ class MemoryLedger:
             raise TaskExists(record.task_id)
         if current is not None and ended(current) and not rewrites_end(current, record):
             raise TaskEnded(record.task_id)
+        lines = event_lines(events)
         await store.save(task, context)
-        self._keep(record, events)
+        self._keep(record, lines)
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         current = self._records.get(record.task_id)
@@ -256,7 +290,7 @@ class MemoryLedger:
             expected.state,
         ):
             return False
-        self._keep(record, events)
+        self._keep(record, event_lines(events))
         return True
 
     async def add_request(self, request: Request, at: datetime) -> None:
@@ -294,24 +328,26 @@ class MemoryLedger:
         current = self._records.get(record.task_id)
         if current is not None and ended(current) and not rewrites_end(current, record):
             raise TaskEnded(record.task_id)
-        self._keep(record, events)
+        self._keep(record, event_lines(events))
 
     async def held_by_others(self, agent: str, session: int) -> list[TaskRecord]:
         return []
 
-    def _keep(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        self._records[record.task_id] = record.copy()
+    def _keep(self, record: TaskRecord, lines: list[tuple[str, bytes]]) -> None:
+        kept = record.copy()
+        kept.task_id = sys.intern(kept.task_id)
+        if ended(kept):
+            kept.claim = self._ended_claims.setdefault(kept.claim, kept.claim)
+        self._records[kept.task_id] = kept
         for written in self._written:
             written([record.task_id])
         self._changed.set()
         self._changed = asyncio.Event()
-        for event in events:
-            row = event.row()
-            del row["task_id"]
-            self._events.setdefault(event.task_id, []).append(row)
+        for task_id, line in lines:
+            self._events[task_id] = self._events.get(task_id, b"") + line
 
     async def claim_events(self, task_id: str) -> list[dict[str, Any]]:
-        return list(self._events.get(task_id, []))
+        return unpacked(self._events.get(task_id, b""))
 
     async def claimed_before(self, session: int) -> list[TaskRecord]:
         return [
@@ -323,20 +359,21 @@ class MemoryLedger:
         return [r for r in self._records.values() if r.idle_expires_at is not None]
 
     async def remember(self, agent: str, owner: str, message_id: str, sent: SentMessage) -> SentMessage | None:
-        key = (agent, owner, message_id)
-        if key in self._messages:
-            return self._messages[key]
-        self._messages[key] = sent
+        sent_by = self._messages.setdefault((agent, owner), {})
+        if message_id in sent_by:
+            return sent_by[message_id]
+        sent_by[message_id] = SentMessage(sent.fingerprint, interned(sent.task_id), sent.reply, sent.session)
         return None
 
     async def take_over(self, agent: str, owner: str, message_id: str, sender: int | None, session: int) -> bool:
         """One process holds a memory store: the message is this process's to send."""
-        key = (agent, owner, message_id)
-        sent = self._messages[key]
-        self._messages[key] = SentMessage(sent.fingerprint, sent.task_id, sent.reply, session)
+        sent_by = self._messages[(agent, owner)]
+        sent = sent_by[message_id]
+        sent_by[message_id] = SentMessage(sent.fingerprint, sent.task_id, sent.reply, session)
         return True
 
     async def settle(self, agent: str, owner: str, message_id: str, task_id: str | None, reply: str | None) -> None:
-        key = (agent, owner, message_id)
-        sent = self._messages[key]
-        self._messages[key] = SentMessage(sent.fingerprint, task_id, reply, sent.session)
+        sent_by = self._messages[(agent, owner)]
+        sent = sent_by[message_id]
+        sent_by[message_id] = SentMessage(sent.fingerprint, interned(task_id), reply, sent.session)
+

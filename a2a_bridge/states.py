@@ -74,6 +74,7 @@ def is_interrupted(state: "int | str") -> bool:
 
 
 def state_name(state: int) -> str:
-    """The wire name of an A2A state number (ValueError for a number that names none, as `TaskState.Name`)."""
+    """The wire name of an A2A state number, one shared string per state (`TaskState.Name` makes a new one per call,
+    which records kept); ValueError for a number that names none, as `TaskState.Name`."""
     name = NAMES.get(state)
     return name if name is not None else TaskState.Name(state)

@@ -16,7 +16,6 @@ from a2a.server.models import (
 from a2a.server.tasks import (
     DatabasePushNotificationConfigStore,
     InMemoryPushNotificationConfigStore,
-    InMemoryTaskStore,
     PushNotificationConfigStore,
     TaskStore,
 )
@@ -31,6 +30,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 from a2a_bridge.ledger import Ledger, MemoryLedger
 from a2a_bridge.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
+from a2a_bridge.memory_task_store import MemoryTaskStore
 from a2a_bridge.proto_json import from_dict
 from a2a_bridge.sql_ledger import SqlLedger
 from a2a_bridge.sql_task_store import SqlTaskStore
@@ -169,7 +169,7 @@ class Stores:
     def for_agent(self, agent: str) -> tuple[TaskStore, PushNotificationConfigStore]:
         suffix = agent.replace("-", "_")
         if self.engine is None or self.reader is None:
-            return InMemoryTaskStore(), InMemoryPushNotificationConfigStore()
+            return MemoryTaskStore(), InMemoryPushNotificationConfigStore()
         task_model, config_model = table_models(suffix)
         task_store = SqlTaskStore(self.engine, self.reader, task_model, task_from_row)
         push_store = DatabasePushNotificationConfigStore(self.engine)

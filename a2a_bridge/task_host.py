@@ -64,9 +64,10 @@ class TaskHost:
         self.changed = self.env.changed
         self._watchers: list[asyncio.Future[None]] = []
         self.finished = StoredTasks() if isinstance(store, SqlTaskStore) else StoredTasks(max_tasks=0)
-        """Finished tasks read from a database, kept for GetTask and the Task Status (a memory store needs none)."""
-        ledger.on_written(self.finished.forget)
+        """Finished tasks read from a database, kept for GetTask and the Task Status (a memory store needs none, nor
+        the ids its writes forget)."""
         if isinstance(store, SqlTaskStore):
+            ledger.on_written(self.finished.forget)
             ledger.on_written(store.written)
 
     @property

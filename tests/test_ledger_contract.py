@@ -17,7 +17,7 @@ from a2a.types import Task, TaskState, TaskStatus
 
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim
-from a2a_bridge.ledger import Ledger, TaskEnded, TaskExists, TaskQuery, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Ledger, SentMessage, TaskEnded, TaskExists, TaskQuery, TaskRecord
 from a2a_bridge.store import StoreConfig, Stores
 
 OWNER = "alice"
@@ -137,3 +137,44 @@ async def listing(url: str) -> None:
 
 def test_tasks_are_counted_and_listed_page_by_page(store_url: str) -> None:
     asyncio.run(listing(store_url))
+
+
+async def claim_events_and_messages(url: str) -> None:
+    stores = Stores(StoreConfig.parse(url))
+    store, _ = stores.for_agent("agent")
+    await stores.initialize()
+    ledger: Ledger = stores.ledger()
+    owner = owner_context(OWNER)
+    try:
+        session = await ledger.start_session(datetime.now(UTC))
+        task_id = str(uuid.uuid4())
+        at = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
+        posted = [
+            ClaimEvent(task_id, 0, "create", "unclaimed", {"message_id": "m-1"}, at),
+            ClaimEvent(task_id, 1, "claim", "claimed", {"turn": "first message", "nested": {"n": [1, 2.5, True, None]}}, at),
+        ]
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), posted, new=True)
+        later = at + timedelta(seconds=1, microseconds=7)
+        ending = ClaimEvent(task_id, 1, "complete", "completed", {"a2a_state": "TASK_STATE_COMPLETED", "message": "héllo ✓"}, later)
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_COMPLETED), owner, record(task_id, "completed", 2), [ending])
+        rows = await ledger.claim_events(task_id)
+        assert rows == [{k: v for k, v in event.row().items() if k != "task_id"} for event in [*posted, ending]], rows
+        assert all(row["at"].tzinfo is not None for row in rows), "times come back as UTC datetimes"
+        assert await ledger.claim_events(str(uuid.uuid4())) == []
+
+        sent = SentMessage("f" * 64, task_id, None, session)
+        assert await ledger.remember("agent", OWNER, "m-1", sent) is None
+        assert await ledger.remember("agent", OWNER, "m-1", SentMessage("e" * 64, "other", None, session)) == sent
+        assert await ledger.remember("agent", "bob", "m-1", SentMessage("e" * 64, "other", None, session)) is None, "per owner"
+        await ledger.settle("agent", OWNER, "m-1", task_id, None)
+        again = await ledger.remember("agent", OWNER, "m-1", SentMessage("e" * 64, "other", None, session))
+        assert again is not None and (again.fingerprint, again.task_id) == ("f" * 64, task_id)
+    finally:
+        await ledger.close()
+        await stores.close()
+
+
+def test_claim_events_and_sent_messages_come_back_as_stored(store_url: str) -> None:
+    """A task's claim events in the order posted, with their evidence and times; a message id remembered per agent and
+    owner with its fingerprint and task, the first one kept (what idempotent retries rely on), on every store."""
+    asyncio.run(claim_events_and_messages(url=store_url))

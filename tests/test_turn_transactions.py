@@ -22,7 +22,7 @@ from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.claims import Claim
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.host_env import HostSettings
-from a2a_bridge.ledger import ClaimEvent, Ledger, MemoryLedger, SentMessage, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Ledger, MemoryLedger, SentMessage, TaskRecord, unpacked
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
 from tests.support import rpc, serve_in_thread, user_message, wait_for
@@ -183,7 +183,7 @@ def test_a_store_down_mid_turn_answers_the_caller_and_stores_the_turn_when_back(
 
     served.ledger.down = False
     wait_for(lambda: get(served, task_id)["status"]["state"] == "TASK_STATE_COMPLETED", what="the kept events to be stored")
-    claims = [e["operation"] for e in served.ledger._events[task_id]]  # noqa: SLF001 - the test's own fake
+    claims = [e["operation"] for e in unpacked(served.ledger._events[task_id])]  # noqa: SLF001 - the test's own fake
     assert claims == ["create", "claim", "complete"], claims
 
 
