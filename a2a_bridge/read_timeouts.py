@@ -32,57 +32,69 @@ def timeout_answer(limit: str, seconds: float, default_headers: list[tuple[bytes
 
 
 class ReadTimeouts(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the head and body timers; `timed` makes one with its timeouts."""
+    """uvicorn's httptools protocol with the head and body timers; `timed` makes one with its timeouts. The parser's
+    callbacks only note what the connection waits for; the timer is armed once the data at hand is parsed, so a request
+    that arrives whole in one read (the usual case) arms no timer at all."""
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._body_timer: asyncio.TimerHandle | None = None
+        self._waiting: str | None = "header_timeout"
+        """What the connection waits for: the head (`header_timeout`), the body (`body_timeout`), or nothing."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._timed: str | None = None
+        """The limit the timer was armed for (kept once it expired, so that the same wait is not timed twice)."""
+        self._started = 0.0
+        """When the wait for `_waiting` began (loop time)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_timer = self.loop.call_later(self.header_timeout, self._expired, "header_timeout")
+        self._started = self.loop.time()
+        self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_timers()
+        self._waiting = None
+        self._arm()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._arm()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.header_timeout, self._expired, "header_timeout")
+        self._wait("header_timeout")
 
     def on_headers_complete(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
         super().on_headers_complete()
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-        self._body_timer = self.loop.call_later(self.body_timeout, self._expired, "body_timeout")
+        self._wait("body_timeout")
 
     def on_message_complete(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        self._wait(None)
         super().on_message_complete()
 
-    def _stop_timers(self) -> None:
-        for timer in (self._head_timer, self._body_timer):
-            if timer is not None:
-                timer.cancel()
-        self._head_timer = self._body_timer = None
+    def _wait(self, limit: str | None) -> None:
+        self._waiting = limit
+        self._started = self.loop.time()
+
+    def _arm(self) -> None:
+        """The timer for what the connection waits for now, counted from when that wait began."""
+        if self._timed == self._waiting:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timed = self._waiting
+        if self._waiting is not None:
+            seconds = self.header_timeout if self._waiting == "header_timeout" else self.body_timeout
+            self._timer = self.loop.call_at(self._started + seconds, self._expired, self._waiting)
 
     def _expired(self, limit: str) -> None:
         """The head or body did not arrive in time: 408 when no answer has started, and the connection closed; a
         late head behind a response still being sent closes the connection once that response ends."""
-        if limit == "header_timeout":
-            self._head_timer = None
-        else:
-            self._body_timer = None
+        self._timer = None
         if self.transport.is_closing():
             return
         seconds = self.header_timeout if limit == "header_timeout" else self.body_timeout

@@ -2,14 +2,19 @@
 `body_timeout` gets 408 naming the limit and its connection closed; raw sockets on 127.0.0.1 send half requests, a
 byte drip and nothing at all, and each connection must be closed within its bound."""
 
+import asyncio
 import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from uvicorn.server import ServerState
 
+from a2a_bridge.read_timeouts import timed
 from tests.support import ServerProcess
 
 HEADER_TIMEOUT, BODY_TIMEOUT = 1, 2
@@ -109,3 +114,77 @@ def test_requests_sent_in_time_are_answered(server: ServerProcess) -> None:
     with httpx.Client(base_url=server.url, timeout=10) as client:
         for _ in range(3):
             assert client.get("/").status_code == 200
+
+
+class Transport:
+    """The little of an asyncio transport the protocol touches, writes kept."""
+
+    def __init__(self) -> None:
+        self.written = b""
+
+    def get_extra_info(self, name: str) -> object:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 5555)}.get(name)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def set_protocol(self, _protocol: object) -> None:
+        return None
+
+    def pause_reading(self) -> None:
+        return None
+
+    def resume_reading(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_request_that_arrives_whole_arms_no_timer_and_a_partial_one_is_timed_from_its_start() -> None:
+    answered: asyncio.Queue[None] = asyncio.Queue()
+
+    async def app(_scope: object, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        answered.put_nowait(None)
+
+    async def scenario() -> list[tuple[str | None, float | None]]:
+        loop = asyncio.get_running_loop()
+        protocol = timed(HEADER_TIMEOUT, BODY_TIMEOUT)(
+            config=uvicorn.Config(app, log_level="warning"), server_state=ServerState(), app_state={}, _loop=loop
+        )
+        seen: list[tuple[str | None, float | None]] = []
+
+        def armed() -> None:
+            timer = protocol._timer  # noqa: SLF001 - what the protocol armed is the point of this test
+            seen.append((protocol._timed, None if timer is None else timer.when() - loop.time()))  # noqa: SLF001
+
+        protocol.connection_made(Transport())  # type: ignore[arg-type]
+        armed()
+        body = b'{"jsonrpc": "2.0"}'
+        protocol.data_received(RPC + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        armed()
+        await asyncio.wait_for(answered.get(), 10)
+        protocol.data_received(RPC + b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+        armed()
+        protocol.data_received(body[5:])
+        armed()
+        await asyncio.wait_for(answered.get(), 10)
+        protocol.data_received(RPC[:10])
+        armed()
+        protocol.connection_lost(None)
+        armed()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[0][0] == "header_timeout" and 0 < (seen[0][1] or 0) <= HEADER_TIMEOUT
+    assert seen[1] == (None, None)
+    assert seen[2][0] == "body_timeout" and 0 < (seen[2][1] or 0) <= BODY_TIMEOUT
+    assert seen[3] == (None, None)
+    assert seen[4][0] == "header_timeout" and 0 < (seen[4][1] or 0) <= HEADER_TIMEOUT
+    assert seen[5] == (None, None)
