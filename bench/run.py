@@ -85,7 +85,9 @@ class Plan:
     """How much `make bench` measures; `QUICK` is `make bench-quick`."""
 
     rounds: int = 3
-    seconds: float = 3.0
+    seconds: float = 10.0
+    """Each timed load run: 10 s, as issue 18's reference runs (rounds of 3 s swung a server's req/s up to 1.8× from
+    one round to the next on this shared machine)."""
     warmup: float = 1.0
     connections: int = 32
     streams: int = 20
