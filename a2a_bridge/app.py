@@ -334,7 +334,9 @@ class Bridge:
             Route("/metrics", metrics, methods=["GET"]),
             Mount("/console", app=console_app(self)),
         ]
-        mounts = {name: Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()}
+        mounts = {
+            name: Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()
+        }
         app = Starlette(routes=[*routes, *mounts.values()], lifespan=self.lifespan)
         return RequestGuard(AgentMounts(app, mounts), self.security.allowed_hosts, public_url)
 

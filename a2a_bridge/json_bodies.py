@@ -1,7 +1,8 @@
 """JSON response bodies byte for byte as Starlette's `JSONResponse` writes them (compact, UTF-8, no NaN), by orjson
 where its bytes are the same: content made only of dicts with string keys (orjson refuses other keys), lists,
-strings, integers within 64 bits, booleans and null. Floats go to the standard library, as orjson writes some of them otherwise (1e-07 as 1e-7), and so
-does anything orjson refuses (a lone surrogate, a larger integer), which then fails or succeeds as it always did."""
+strings, integers within 64 bits, booleans and null. Floats go to the standard library, as orjson writes some of
+them otherwise (1e-07 as 1e-7), and so does anything orjson refuses (a lone surrogate, a larger integer), which then
+fails or succeeds as it always did."""
 
 import json
 from typing import Any
