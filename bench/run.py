@@ -872,32 +872,63 @@ async def measure_get_task(started: Started, plan: Plan) -> Run:
     return run
 
 
-async def measure_first_pages(plan: Plan, bridge: Server, scratch: Path, stats: ReadStats) -> None:
-    """ListTasks' first page one request at a time, at the small and the large store (tasks copied in by
-    bench/populate.py, then one SendMessage so that the server counts the copies too)."""
-    with running(bridge, scratch) as started:
+FIRST_PAGE_CHUNKS = 10
+"""ListTasks' first page is timed in this many chunks, alternating between the small and the large store, so that the
+machine's drift over the minute the timing takes falls on both sizes alike."""
+
+
+@contextlib.contextmanager
+def filled_store(bridge: Server, scratch: Path, size: int) -> Iterator[Started]:
+    """The bridge on a SQLite store of `size` tasks: one it served, the rest copied in by bench/populate.py, then one
+    more SendMessage so that the server counts the copies too."""
+    directory = scratch / f"store-{size}"
+    directory.mkdir(exist_ok=True)
+    with running(bridge, directory) as started:
         assert started.database is not None
         template = str(checked_send(started)["result"]["task"]["id"])
-        stored = 1
-        listing = rpc_request(started, "ListTasks", {"pageSize": LIST_PAGE})
-        for size in (plan.small_store, plan.large_store):
-            clone_tasks(started.database, template, size - stored - 1)
-            checked_send(started)
-            stored = size
-            stats.first_page[size] = await latency(started, repeat(listing), b'"tasks"', plan)
-            stats.after_write[size] = []
-            for _ in range(AFTER_WRITE_SAMPLES):
-                checked_send(started)
-                stored += 1
-                began = time.perf_counter()
-                code, _, body = call(started.port, "POST", started.server.path,
-                                     {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": LIST_PAGE}},
-                                     A2A_HEADERS)
-                stats.after_write[size].append(time.perf_counter() - began)
-                if code != 200 or f'"totalSize":{stored}'.encode() not in body.replace(b" ", b""):
-                    raise RuntimeError(f"ListTasks after a write answered {code}: {body[:300]!r}")
+        clone_tasks(started.database, template, size - 2)
+        checked_send(started)
+        yield started
+
+
+async def measure_first_pages(plan: Plan, bridge: Server, scratch: Path, stats: ReadStats) -> None:
+    """ListTasks' first page one request at a time, at the small and the large store, each served by its own process:
+    timed in alternating chunks, then right after a SendMessage in alternation."""
+    sizes = (plan.small_store, plan.large_store)
+    with contextlib.ExitStack() as stack:
+        stores = {size: stack.enter_context(filled_store(bridge, scratch, size)) for size in sizes}
+        listings = {size: rpc_request(started, "ListTasks", {"pageSize": LIST_PAGE}) for size, started in stores.items()}
+        chunk = Load(1, max(1, plan.latency_requests // FIRST_PAGE_CHUNKS), plan.latency_seconds / FIRST_PAGE_CHUNKS)
+        for size, started in stores.items():
+            await drive("warmup", started.port, repeat(listings[size]), 200, replace(chunk, requests=20))
+            stats.first_page[size] = Run("latency")
+        for _ in range(FIRST_PAGE_CHUNKS):
+            for size, started in stores.items():
+                run = await drive("latency", started.port, repeat(listings[size]), 200, chunk, started.pid, b'"tasks"')
+                merged = stats.first_page[size]
+                merged.latencies += run.latencies
+                merged.completed += run.completed
+                merged.unexpected += run.unexpected
+                merged.elapsed += run.elapsed
+        for sample in range(1, AFTER_WRITE_SAMPLES + 1):
+            for size, started in stores.items():
+                stats.after_write.setdefault(size, []).append(listed_after_write(started, size + sample))
+        for size in sizes:
             progress(f"  {size:,} tasks: ListTasks first page p50 {stats.first_page[size].percentile(0.5) * 1000:.2f} ms, "
                      f"right after a write p50 {percentile(stats.after_write[size], 0.5) * 1000:.2f} ms")
+
+
+def listed_after_write(started: Started, stored: int) -> float:
+    """Seconds of a ListTasks first page requested right after a SendMessage, whose task makes `stored` tasks (the
+    page's `totalSize`)."""
+    checked_send(started)
+    began = time.perf_counter()
+    code, _, body = call(started.port, "POST", started.server.path,
+                         {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": LIST_PAGE}}, A2A_HEADERS)
+    elapsed = time.perf_counter() - began
+    if code != 200 or f'"totalSize":{stored}'.encode() not in body.replace(b" ", b""):
+        raise RuntimeError(f"ListTasks after a write answered {code}: {body[:300]!r}")
+    return elapsed
 
 
 async def measure_reads_section(plan: Plan, listed: list[Server], scratch: Path) -> ReadStats:
@@ -955,8 +986,10 @@ def render_reads(stats: ReadStats, plan: Plan, listed: list[Server], command: st
                      f"| {cpu(runs, 'server')} | {cpu(runs, 'client')} | {', '.join(f'{r.rate:,.0f}' for r in runs)} |")
     lines += [
         "",
-        f"ListTasks' first page ({LIST_PAGE} tasks; a2a-bridge, SQLite; one request at a time, up to "
-        f"{plan.latency_requests} requests; then {AFTER_WRITE_SAMPLES} requests each right after a SendMessage):",
+        f"ListTasks' first page ({LIST_PAGE} tasks; a2a-bridge, SQLite; each size served by its own process; one "
+        f"request at a time, up to {plan.latency_requests} requests at each size in {FIRST_PAGE_CHUNKS} chunks "
+        f"alternating between the sizes; then {AFTER_WRITE_SAMPLES} requests each right after a SendMessage, "
+        "alternating too):",
         "",
         f"| request | p50 ms at {small:,} | p99 ms at {small:,} | p50 ms at {large:,} | p99 ms at {large:,} "
         f"| {large:,} / {small:,} (p50) |",

@@ -108,6 +108,17 @@ def test_clone_tasks_copies_every_row_naming_the_task_under_fresh_ids(tmp_path: 
     assert sessions == (1,)
 
 
+def test_first_pages_are_timed_on_two_stores_in_alternation_and_count_each_write(tmp_path: Path) -> None:
+    plan = run.Plan(small_store=5, large_store=25, latency_requests=20, latency_seconds=2.0)
+    stats = run.ReadStats()
+    asyncio.run(run.measure_first_pages(plan, server("bridge-sqlite"), tmp_path, stats))
+    for size in (5, 25):
+        page = stats.first_page[size]
+        assert page.unexpected == 0 and 0 < len(page.latencies) == page.completed <= 20
+        assert len(stats.after_write[size]) == run.AFTER_WRITE_SAMPLES
+    assert sorted(path.name for path in tmp_path.iterdir() if path.is_dir()) == ["store-25", "store-5"]
+
+
 def synthetic_run(rate: float, latency: float = 0.002) -> Run:
     return Run("synthetic", completed=int(rate), elapsed=1.0, latencies=[latency] * 10, server_cpu=1.0)
 
