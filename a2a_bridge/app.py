@@ -142,7 +142,7 @@ class ServedAgent:
             return f"{builder.public_url}{builder.base_path}"
         if self.spec.signing_key:
             return own_base(request.scope, builder.base_path)
-        return public_base(request, builder.base_path)
+        return public_base(request, builder.base_path, request.headers.get("host"))
 
     def principal_name(self, scope: Scope) -> str:
         """The principal a request's bearer token names ('' for the anonymous principal)."""

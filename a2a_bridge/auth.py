@@ -2,9 +2,11 @@
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from a2a.auth.user import UnauthenticatedUser, User
 from a2a.server.context import ServerCallContext
+from a2a.extensions.common import HTTP_EXTENSION_HEADER, get_requested_extensions
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from a2a_bridge import errors
 
 VERSION_HEADER = "a2a-version"
+EXTENSIONS_HEADER = HTTP_EXTENSION_HEADER.lower()
 VERSION_QUERY = "A2A-Version"
 BODILESS_METHODS = frozenset({"GET", "DELETE"})
 """The methods whose request parameters travel in the query (the spec's HTTP+JSON binding, 11.5), and so the only
@@ -89,26 +92,48 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
         """The configured address the server is reached at (`--public-url`), else None."""
 
     def build(self, request: Request) -> ServerCallContext:
-        version = request.headers.get(VERSION_HEADER)
+        """The SDK's context (`DefaultServerCallContextBuilder.build`: state `headers`, each name's first value, and
+        `auth` where the scope has it; the caller; the extensions `A2A-Extensions` names), read from the scope's headers
+        in one pass, once the version is checked; with the base URL in state `base_url`."""
+        scope = request.scope
+        headers: dict[str, str] = {}
+        extensions: list[str] = []
+        for name, value in scope["headers"]:
+            key, text = name.decode("latin-1"), value.decode("latin-1")
+            headers.setdefault(key, text)
+            if key == EXTENSIONS_HEADER:
+                extensions.append(text)
+        version = headers.get(VERSION_HEADER)
         if version is None and request.method in BODILESS_METHODS:
             version = request.query_params.get(VERSION_QUERY)
         if version != errors.SUPPORTED_VERSION:
             raise errors.version_not_supported(version)
-        context = super().build(request)
-        context.state["headers"][VERSION_HEADER] = version
-        context.state["base_url"] = self.base_url(request)
-        return context
+        state: dict[str, Any] = {"auth": request.auth} if "auth" in scope else {}
+        state["headers"] = headers
+        headers[VERSION_HEADER] = version
+        state["base_url"] = self.base_url(request, headers.get("host"))
+        return ServerCallContext(
+            user=self.user_of(headers.get("authorization")), state=state,
+            requested_extensions=get_requested_extensions(extensions),
+        )
 
-    def base_url(self, request: Request) -> str:
-        """The agent's base URL for links in messages: under the public URL when one is configured."""
-        return f"{self.public_url}{self.base_path}" if self.public_url else public_base(request, self.base_path)
+    def base_url(self, request: Request, host: str | None = None) -> str:
+        """The agent's base URL for links in messages: under the public URL when one is configured (`host`, the
+        request's Host where the caller read it already)."""
+        if self.public_url:
+            return f"{self.public_url}{self.base_path}"
+        return public_base(request, self.base_path, host or request.headers.get("host"))
 
     def identity(self, request: Request) -> ServerCallContext:
         """The caller alone, for the bridge's own endpoints, which are not A2A methods and need no version header."""
         return ServerCallContext(user=self.build_user(request))
 
     def build_user(self, request: Request) -> User:
-        token = bearer_token(request.scope)
+        return self.user_of(header(request.scope, b"authorization"))
+
+    def user_of(self, authorization: str | None) -> User:
+        """The principal of a request's (first) Authorization value, else the anonymous caller."""
+        token = bearer_of(authorization or "")
         principal = self.tokens.get(token) if token else None
         return principal if principal is not None else UnauthenticatedUser()
 
@@ -120,9 +145,8 @@ def own_base(scope: Scope, base_path: str) -> str:
     return f"{scope.get('scheme', 'http')}://{name}{f':{port}' if port else ''}{base_path}"
 
 
-def public_base(request: Request, base_path: str) -> str:
+def public_base(request: Request, base_path: str, host: str | None) -> str:
     """The agent's base URL as the client reached it (its Host, which `request_guard` checked)."""
-    host = request.headers.get("host")
     if not host:
         return f"{request.url.scheme}://{request.url.hostname}:{request.url.port}{base_path}"
     return f"{request.scope.get('scheme', 'http')}://{host}{base_path}"

@@ -10,7 +10,6 @@ import importlib.metadata
 import ipaddress
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -42,6 +41,7 @@ from a2a_bridge.config import (
     parse_public_url,
     user_entry,
 )
+from a2a_bridge.ids import random_id
 from a2a_bridge.preflight import CannotStart, check_port, check_store
 from a2a_bridge.read_timeouts import timed
 from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
@@ -276,7 +276,7 @@ async def serve(args: argparse.Namespace) -> None:
         local + await remotes.specs([spec.name for spec in local]),
         stores,
         SystemClock(),
-        lambda: str(uuid.uuid4()),
+        random_id,
         settings,
         security=args.security,
         grpc=None if args.grpc_port is None else GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}"),

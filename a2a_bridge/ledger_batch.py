@@ -8,12 +8,13 @@ the PostgreSQL path executes), binds each value with the column type's own bind 
 SQLAlchemy stores it) and runs the batch's statements in one trip, inside the transaction the caller's
 `engine.begin()` holds and commits."""
 
+import operator
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, and_, insert, select
+from sqlalchemy import JSON, LargeBinary, String, Table, and_, insert, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -139,12 +140,23 @@ class Compiled:
     def __init__(self, statement: Executable, table: Table, dialect: Dialect, keys: list[str] | None = None) -> None:
         compiled = statement.compile(dialect=dialect, column_keys=keys)
         self.sql = str(compiled)
-        order = compiled.positiontup or []
+        order = list(compiled.positiontup or [])
         types = {column.key: column.type for column in table.columns}
-        self._binds = [(name, types[name].dialect_impl(dialect).bind_processor(dialect)) for name in order]
+        processors = [types[name].dialect_impl(dialect).bind_processor(dialect) for name in order]
+        self._values = operator.itemgetter(*order) if len(order) > 1 else lambda row: (row[order[0]],)
+        self._processed = [(index, process) for index, process in enumerate(processors) if process is not None]
+        self._sized = [index for index, name in enumerate(order) if isinstance(types[name], String | LargeBinary | JSON)]
 
-    def bind(self, row: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(row[name] if process is None else process(row[name]) for name, process in self._binds)
+    def bind(self, row: dict[str, Any]) -> list[Any]:
+        values = list(self._values(row))
+        for index, process in self._processed:
+            values[index] = process(values[index])
+        return values
+
+    def bytes_bound(self, bound: list[list[Any]]) -> int:
+        """What `bound_bytes` counts of rows this statement bound, read only where a text, binary or JSON column's value
+        stands."""
+        return sum(len(value) for values in bound for index in self._sized if isinstance(value := values[index], str | bytes))
 
 
 class SqliteBatch:
@@ -228,6 +240,6 @@ class SqliteBatch:
         if not rows:
             return
         bound = [compiled.bind(row) for row in rows]
-        if bound_bytes(bound) >= LARGE_BINDING:
+        if compiled.bytes_bound(bound) >= LARGE_BINDING:
             large.append(True)
         db.executemany(compiled.sql, bound)

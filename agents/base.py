@@ -1,7 +1,6 @@
 """What the sample agents share: emitting statuses and artifacts, pacing, and the cancel report."""
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from a2a.types import (
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.json_format import ParseDict
 
+from a2a_bridge.ids import random_id
 from a2a_bridge.live_tasks import canceled_text
 
 Pause = Callable[[float], Awaitable[None]]
@@ -99,7 +99,7 @@ class KitAgent(AgentExecutor):
     def __init__(self, pace: float = 0.25, pause: Pause = asyncio.sleep, new_id: Callable[[], str] | None = None) -> None:
         self.pace = pace
         self.pause = pause
-        self.new_id = new_id or (lambda: str(uuid.uuid4()))
+        self.new_id = new_id or random_id
 
     def emitter(self, queue: EventQueue, context: RequestContext) -> Emitter:
         return Emitter(queue, context, self.new_id)
