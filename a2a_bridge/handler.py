@@ -178,9 +178,9 @@ class BridgeRequestHandler(RequestHandler):
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         await self._checked(params, context)
-        listener = Listener(snapshots=True)
-        task_id = await self.send(params, context, listener)
         immediate = params.configuration.return_immediately
+        listener = Listener(snapshots=True, settled_only=not immediate)
+        task_id = await self.send(params, context, listener)
         try:
             while True:
                 item = await listener.queue.get()

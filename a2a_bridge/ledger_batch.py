@@ -8,6 +8,7 @@ the PostgreSQL path executes), binds each value with the column type's own bind 
 SQLAlchemy stores it) and runs the batch's statements in one trip, inside the transaction the caller's
 `engine.begin()` holds and commits."""
 
+import contextlib
 import operator
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -183,8 +184,9 @@ class SqliteBatch:
         self, conn: AsyncConnection, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
         results: list[Outcome],
     ) -> set[tuple[str, bool]]:
-        """Write the batch in the transaction `conn` holds (its caller commits); `results` gets each remembered
-        message's first send and each refused save's refusal. Returns the (task id, new) of the records written."""
+        """Write the batch in one transaction on `conn`, which holds none when called, and commit it (rolled back if
+        any statement or the commit fails); `results` gets each remembered message's first send and each refused
+        save's refusal. Returns the (task id, new) of the records written."""
         for _, save in saves:
             if save.table is not None and save.table not in self._tasks:
                 self._tasks[save.table] = Compiled(upsert_statement(self._dialect.name, save.table), save.table, self._dialect)
@@ -202,7 +204,9 @@ class SqliteBatch:
         self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
         results: list[Outcome], large: list[bool],
     ) -> set[tuple[str, bool]]:
-        """On the connection's thread: the batch's statements, a failure raised as SQLAlchemy raises it."""
+        """On the connection's thread: the batch's statements and the commit, a failure rolled back and raised as
+        SQLAlchemy raises it. The sqlite3 module begins the transaction before the first write, as it does under
+        SQLAlchemy's `engine.begin()`."""
         db: sqlite3.Connection = driver._conn
         statement = ""
         try:
@@ -230,8 +234,14 @@ class SqliteBatch:
             self._many(db, self._events, after.events, large)
             statement = self._logged.sql
             self._many(db, self._logged, after.logged, large)
-        except sqlite3.Error as error:
-            raise DBAPIError.instance(statement, None, error, sqlite3.Error) from error
+            statement = "COMMIT"
+            db.commit()
+        except BaseException as error:
+            with contextlib.suppress(sqlite3.Error):
+                db.rollback()
+            if isinstance(error, sqlite3.Error):
+                raise DBAPIError.instance(statement, None, error, sqlite3.Error) from error
+            raise
         return written
 
     @staticmethod

@@ -8,7 +8,16 @@ from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
-from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a.types import (
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
 from a2a.utils.errors import A2AError
 
 from a2a_bridge import errors
@@ -55,9 +64,20 @@ class Listener:
     queue: asyncio.Queue[FeedItem] = field(default_factory=asyncio.Queue)
     after: int = 0
     """The revision of the snapshot the listener started from: it gets only the events of later revisions."""
+    settled_only: bool = False
+    """A blocking call that returns once its turn settles: it is handed no event and no unsettled snapshot of the turn,
+    only a message, a settled snapshot and the turn's end (and what refuses or fails it)."""
 
     def wants(self, turn: int | None) -> bool:
         return turn is None or self.turn is None or self.turn == turn
+
+    def takes(self, item: "FeedItem") -> bool:
+        """Whether a published item is for this listener (see `settled_only`)."""
+        if not self.settled_only:
+            return True
+        if isinstance(item, Task):
+            return settled(item.status.state)
+        return not isinstance(item, TaskStatusUpdateEvent | TaskArtifactUpdateEvent)
 
 
 @dataclass(eq=False)

@@ -411,11 +411,13 @@ class SqlLedger:
     ) -> None:
         """The batch's transaction: each record (new ones only where absent, others only where not ended), then for the
         records written their task rows, claim events and event-log rows, and every new message; `results` gets each
-        refused save's refusal. On SQLite in one trip to the connection's thread (`ledger_batch.SqliteBatch`)."""
-        async with self.engine.begin() as conn:
-            if self._sqlite is not None:
+        refused save's refusal. On SQLite in one trip to the connection's thread, commit included
+        (`ledger_batch.SqliteBatch`)."""
+        if self._sqlite is not None:
+            async with self.engine.connect() as conn:
                 await self._sqlite.run(conn, saves, remembered, results)
-                return
+            return
+        async with self.engine.begin() as conn:
             if remembered:
                 await self._remember_all(conn, remembered, results)
             written: set[tuple[str, bool]] = set()

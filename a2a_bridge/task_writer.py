@@ -252,12 +252,16 @@ class TaskWriter:
 
     @staticmethod
     def publish(live: LiveTask, turn: int | None, item: FeedItem, revision: int | None = None) -> None:
-        """Hand an item to each listener that follows this turn; blocking callers get a snapshot at interrupts. An
-        item of a `revision` is skipped by a listener whose snapshot already holds that revision."""
+        """Hand an item to each listener that follows this turn and takes it (`Listener.takes`); blocking callers get a
+        snapshot at interrupts. An item of a `revision` is skipped by a listener whose snapshot already holds that
+        revision."""
         rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
         for listener in live.listeners:
             if listener.wants(turn) and (revision is None or revision > listener.after):
-                listener.queue.put_nowait(snapshot(live.task) if rest and listener.snapshots else item)
+                if rest and listener.snapshots:
+                    listener.queue.put_nowait(snapshot(live.task))
+                elif listener.takes(item):
+                    listener.queue.put_nowait(item)
 
     @staticmethod
     def _claim_ops(live: LiveTask, event: Event) -> tuple[str, ...]:

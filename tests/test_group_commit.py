@@ -121,8 +121,9 @@ def test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path: 
 
 
 async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp_path: Path) -> None:
-    """New tasks saved at once, then their ends (a large row among them): one commit each time, none written alone;
-    the writer's connection that bound the large row is not used again."""
+    """New tasks saved at once, then their ends (a large row among them): one commit each time (a batch commits in its
+    own trip to the connection's thread, so SQLAlchemy's commits and the batches are counted), none written alone; the
+    writer's connection that bound the large row is not used again."""
     stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'batch.db'}"))
     store, _ = stores.for_agent("agent")
     await stores.initialize()
@@ -133,6 +134,10 @@ async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp
     connects: list[int] = []
     event.listen(stores.engine.sync_engine, "commit", lambda _conn: commits.append(1))
     event.listen(stores.engine.sync_engine, "connect", lambda _conn, _record: connects.append(1))
+    batch = ledger._sqlite
+    assert batch is not None
+    write = batch._write
+    batch._write = lambda *args: commits.append(1) or write(*args)  # type: ignore[method-assign]
     alone: list[object] = []
     write_one = ledger._writes._write_one
     ledger._writes._write_one = lambda write: alone.append(write) or write_one(write)  # type: ignore[method-assign]
@@ -157,6 +162,38 @@ async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp
         opened = len(connects)
         await ledger.put(record(ids[0], "completed", 3), [])
         assert len(connects) == opened + 1, "the connection that bound a large row was closed, a new one opened"
+    finally:
+        await ledger.close()
+        await stores.close()
+
+
+def test_a_batch_that_fails_on_sqlite_is_rolled_back_whole_before_its_writes_go_alone(tmp_path: Path) -> None:
+    asyncio.run(_test_a_batch_that_fails_on_sqlite_is_rolled_back_whole_before_its_writes_go_alone(tmp_path))
+
+
+async def _test_a_batch_that_fails_on_sqlite_is_rolled_back_whole_before_its_writes_go_alone(tmp_path: Path) -> None:
+    """A batch whose last statement fails (an event-log row SQLite cannot bind) leaves nothing of its earlier
+    statements: the good save, written again alone, is stored as new (no TaskExists), the bad one fails alone."""
+    stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'rollback.db'}"))
+    store, _ = stores.for_agent("agent")
+    await stores.initialize()
+    ledger = stores.ledger()
+    assert isinstance(ledger, SqlLedger)
+    owner = owner_context("alice")
+    try:
+        await ledger.start_session(datetime.now(UTC))
+        good = ledger.save(store, task("good", TaskState.TASK_STATE_WORKING), owner, record("good", "claimed", 1), [], new=True)
+        bad = ledger.save(store, task("bad", TaskState.TASK_STATE_WORKING), owner, record("bad", "claimed", 1), [], new=True,
+                          log=[(1, object())])  # type: ignore[list-item]
+        outcomes = await asyncio.gather(good, bad, return_exceptions=True)
+        assert outcomes[0] is None
+        assert isinstance(outcomes[1], Exception) and "binding" in str(outcomes[1]).lower()
+        found = await ledger.read("good", store, owner)
+        assert found is not None and found[0].revision == 1
+        assert await ledger.read("bad", store, owner) is None
+        async with stores.engine.connect() as conn:  # type: ignore[union-attr]
+            raw = await conn.get_raw_connection()
+            assert not raw.driver_connection.in_transaction  # type: ignore[union-attr]
     finally:
         await ledger.close()
         await stores.close()
