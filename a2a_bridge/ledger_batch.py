@@ -5,8 +5,8 @@ On SQLite each statement SQLAlchemy executes through aiosqlite is several trips 
 fetch, close), each one woken on the event loop again, and an execution context built anew: most of a trivial
 turn's cost on the default store. `SqliteBatch` compiles the batch's statements once (the same SQLAlchemy statements
 the PostgreSQL path executes), binds each value with the column type's own bind processor (stored exactly as
-SQLAlchemy stores it) and runs the batch's statements in one trip, inside the transaction the caller's
-`engine.begin()` holds and commits."""
+SQLAlchemy stores it) and runs the batch's statements and their commit (or rollback) in one trip, where
+SQLAlchemy's `engine.begin()` took a second trip for its commit."""
 
 import contextlib
 import operator
