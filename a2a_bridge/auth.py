@@ -93,8 +93,8 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
 
     def build(self, request: Request) -> ServerCallContext:
         """The SDK's context (`DefaultServerCallContextBuilder.build`: state `headers`, each name's first value, and
-        `auth` where the scope has it; the caller; the extensions `A2A-Extensions` names), read from the scope's headers
-        in one pass, once the version is checked; with the base URL in state `base_url`."""
+        `auth` where the scope has it; the caller, by `bearer_token`; the extensions `A2A-Extensions` names), the headers
+        read from the scope in one pass, once the version is checked; with the base URL in state `base_url`."""
         scope = request.scope
         headers: dict[str, str] = {}
         extensions: list[str] = []
@@ -113,8 +113,7 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
         headers[VERSION_HEADER] = version
         state["base_url"] = self.base_url(request, headers.get("host"))
         return ServerCallContext(
-            user=self.user_of(headers.get("authorization")), state=state,
-            requested_extensions=get_requested_extensions(extensions),
+            user=self.build_user(request), state=state, requested_extensions=get_requested_extensions(extensions)
         )
 
     def base_url(self, request: Request, host: str | None = None) -> str:
@@ -129,11 +128,7 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
         return ServerCallContext(user=self.build_user(request))
 
     def build_user(self, request: Request) -> User:
-        return self.user_of(header(request.scope, b"authorization"))
-
-    def user_of(self, authorization: str | None) -> User:
-        """The principal of a request's (first) Authorization value, else the anonymous caller."""
-        token = bearer_of(authorization or "")
+        token = bearer_token(request.scope)
         principal = self.tokens.get(token) if token else None
         return principal if principal is not None else UnauthenticatedUser()
 

@@ -155,8 +155,8 @@ class Compiled:
         return values
 
     def bytes_bound(self, bound: list[list[Any]]) -> int:
-        """What `bound_bytes` counts of rows this statement bound, read only where a text, binary or JSON column's value
-        stands."""
+        """The bytes of the text and binary values these rows bound in text, binary and JSON columns, the columns whose
+        values can be large (`bound_bytes` counts every text value, datetimes' too)."""
         return sum(len(value) for values in bound for index in self._sized if isinstance(value := values[index], str | bytes))
 
 
