@@ -32,7 +32,7 @@ bench-setup: $(STAMP)
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y wrk >/dev/null \
 		|| echo "wrk not installed: the timed runs use the Python client (bench/load.py)"; fi
 
-bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~6-12 min)
+bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~14 min)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min)
