@@ -21,7 +21,6 @@ from a2a.types import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
-    Role,
     SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
@@ -30,6 +29,7 @@ from a2a.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
+from a2a.types.a2a_pb2 import ROLE_USER
 from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsError
 from a2a.utils.task import apply_history_length
 
@@ -101,7 +101,7 @@ class BridgeRequestHandler(RequestHandler):
             raise errors.invalid_field("message.messageId", f"messageId may have at most {MAX_ID} characters")
         if len(message.context_id) > MAX_CONTEXT_ID:
             raise errors.invalid_field("message.contextId", f"contextId may have at most {MAX_CONTEXT_ID} characters")
-        if message.role != Role.ROLE_USER:
+        if message.role != ROLE_USER:
             raise errors.invalid_field("message.role", "role must be ROLE_USER")
         if not message.parts:
             raise errors.invalid_field("message.parts", "parts must hold at least one part")

@@ -11,13 +11,13 @@ from a2a.server.tasks import TaskStore
 from a2a.types import (
     Message,
     Part,
-    Role,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
 )
+from a2a.types.a2a_pb2 import ROLE_AGENT, ROLE_USER, TASK_STATE_INPUT_REQUIRED
 from a2a.utils.errors import A2AError
 
 from a2a_bridge import errors
@@ -197,7 +197,7 @@ def requester(context: ServerCallContext) -> str:
 
 def last_user_message(task: Task) -> Message | None:
     for entry in reversed(task.history):
-        if entry.role == Role.ROLE_USER:
+        if entry.role == ROLE_USER:
             return entry
     return None
 
@@ -214,7 +214,7 @@ def agent_status(task: Task, state: "TaskState.ValueType", text: str, message_id
     status.message.CopyFrom(
         Message(
             message_id=message_id,
-            role=Role.ROLE_AGENT,
+            role=ROLE_AGENT,
             task_id=task.id,
             context_id=task.context_id,
             parts=[Part(text=text)],
@@ -238,7 +238,7 @@ def evidence_of(event: Event) -> dict[str, Any]:
 
 def ends_stream(state: "TaskState.ValueType") -> bool:
     """Streams close at a terminal state or INPUT_REQUIRED, and stay open through AUTH_REQUIRED."""
-    return is_terminal(state) or state == TaskState.TASK_STATE_INPUT_REQUIRED
+    return is_terminal(state) or state == TASK_STATE_INPUT_REQUIRED
 
 
 def at_rest(event: Event) -> bool:

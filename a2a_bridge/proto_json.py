@@ -5,6 +5,7 @@ well-known types other than Timestamp, JSON that is not plain)."""
 
 import base64
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -85,10 +86,37 @@ def _enum(field: FieldDescriptor) -> Convert:
 def _message(descriptor: Descriptor) -> Convert:
     name = descriptor.full_name
     if name == "google.protobuf.Timestamp":
-        return lambda value: value.ToJsonString()
+        return timestamp_text
     if name.startswith("google.protobuf."):
         return MessageToDict
     return _fields
+
+
+_FIRST_SECOND, _LAST_SECOND = -62_135_596_800, 253_402_300_799
+"""The range `Timestamp` allows: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z."""
+_EPOCH = datetime(1970, 1, 1)
+_second_text: tuple[int, str] = (0, "1970-01-01T00:00:00")
+"""The last whole second written, and its text (the timestamps of one task, of one moment, share their second)."""
+
+
+def timestamp_text(value: Any) -> str:
+    """`Timestamp.ToJsonString()`: the second as `datetime.isoformat` writes it, then 0, 3, 6 or 9 fractional digits,
+    whichever is exact, and Z; the second's text kept for the next call."""
+    global _second_text
+    seconds, nanos = value.seconds, value.nanos
+    if not (_FIRST_SECOND <= seconds <= _LAST_SECOND and 0 <= nanos < 1_000_000_000):
+        return value.ToJsonString()
+    last, text = _second_text
+    if seconds != last:
+        text = (_EPOCH + timedelta(seconds=seconds)).isoformat()
+        _second_text = (seconds, text)
+    if not nanos:
+        return f"{text}Z"
+    if not nanos % 1_000_000:
+        return f"{text}.{nanos // 1_000_000:03d}Z"
+    if not nanos % 1_000:
+        return f"{text}.{nanos // 1_000:06d}Z"
+    return f"{text}.{nanos:09d}Z"
 
 
 def _is_map(descriptor: Descriptor) -> bool:

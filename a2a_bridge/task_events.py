@@ -6,10 +6,10 @@ from a2a.types import (
     Message,
     Task,
     TaskArtifactUpdateEvent,
-    TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
 )
+from a2a.types.a2a_pb2 import TASK_STATE_SUBMITTED, TASK_STATE_WORKING
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -29,7 +29,7 @@ def stamp(timestamp: Timestamp, now: datetime) -> None:
 def new_task(task_id: str, context_id: str, message: Message, now: datetime) -> Task:
     """A SUBMITTED task whose history holds the message that created it."""
     task = Task(id=task_id, context_id=context_id)
-    task.status.state = TaskState.TASK_STATE_SUBMITTED
+    task.status.state = TASK_STATE_SUBMITTED
     stamp(task.status.timestamp, now)
     entry = task.history.add()
     entry.CopyFrom(message)
@@ -59,7 +59,7 @@ def add_user_input(task: Task, message: Message, now: datetime) -> None:
     entry.CopyFrom(message)
     entry.task_id = task.id
     entry.context_id = task.context_id
-    task.status.state = TaskState.TASK_STATE_WORKING
+    task.status.state = TASK_STATE_WORKING
     stamp(task.status.timestamp, now)
 
 

@@ -4,7 +4,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from a2a.types import AgentExtension, Task, TaskState
+from a2a.types import AgentExtension, Task
+from a2a.types.a2a_pb2 import TASK_STATE_AUTH_REQUIRED
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import ListValue, Struct
 
@@ -56,7 +57,7 @@ class ActionRequest:
 
 def action_requests(task: Task) -> list[ActionRequest]:
     """The who-must-act entries of the task's current status message (a dict or a list of dicts)."""
-    if task.status.state != TaskState.TASK_STATE_AUTH_REQUIRED or not task.status.HasField("message"):
+    if task.status.state != TASK_STATE_AUTH_REQUIRED or not task.status.HasField("message"):
         return []
     metadata = task.status.message.metadata
     if WHO_MUST_ACT not in metadata:

@@ -3,6 +3,8 @@ stream responses (hypothesis), and falls back to it where it does not convert a 
 
 from typing import Any
 
+import pytest
+
 from a2a.types import (
     AgentCard,
     Artifact,
@@ -21,10 +23,11 @@ from a2a.types import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.struct_pb2 import Struct
+from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2a_bridge.proto_json import from_dict, to_dict
+from a2a_bridge.proto_json import from_dict, timestamp_text, to_dict
 
 text = st.text(max_size=12)
 json_values: st.SearchStrategy[Any] = st.recursive(
@@ -104,6 +107,22 @@ def test_stream_responses_are_written_as_message_to_dict_writes_them(message: Me
     ]
     for event in events:
         assert to_dict(event) == MessageToDict(event)
+
+
+def test_timestamps_are_written_as_to_json_string_writes_them_and_refused_where_it_refuses() -> None:
+    seconds = [-62_135_596_800, -86_401, -1, 0, 59, 1_790_000_000, 1_790_000_001, 253_402_300_799]
+    nanos = [0, 1_000_000, 120_000_000, 123_000, 7, 999_999_999]
+    for second in [*seconds, *reversed(seconds)]:
+        for nano in nanos:
+            value = Timestamp(seconds=second, nanos=nano)
+            assert timestamp_text(value) == value.ToJsonString()
+    for second, nano in [(-62_135_596_801, 0), (253_402_300_800, 0), (0, -1), (0, 1_000_000_000)]:
+        value = Timestamp(seconds=second, nanos=nano)
+        with pytest.raises(ValueError) as ours:
+            timestamp_text(value)
+        with pytest.raises(ValueError) as theirs:
+            value.ToJsonString()
+        assert str(ours.value) == str(theirs.value)
 
 
 def test_a_field_it_does_not_convert_falls_back_to_message_to_dict() -> None:
