@@ -1,6 +1,7 @@
 """Where tasks live: parse `--store` and build each agent's SDK task store and push-config store."""
 
 import functools
+import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from a2a.server.tasks import (
 from a2a.types import Task
 from pathlib import Path
 
+import orjson
+
 from sqlalchemy import event, text
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.engine import Connection
@@ -35,6 +38,22 @@ from a2a_bridge.proto_json import from_dict
 from a2a_bridge.sql_ledger import SqlLedger
 from a2a_bridge.sql_task_store import SqlTaskStore
 from a2a_bridge.store_faults import StoreHealth
+
+
+ORJSON_NATIVE_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""orjson refuses what the standard library would write differently or refuse (subclasses, datetimes, dataclasses)."""
+
+
+def column_json(value: Any) -> str:
+    """A SQLite JSON column's text: orjson's (compact, UTF-8) where it holds the value `json.dumps` holds, else
+    `json.dumps`'s (SQLAlchemy's default). orjson writes a non-finite number as null and refuses what it does not
+    write natively (integers beyond 64 bits, non-string keys, lone surrogates); output with a null, and what it
+    refuses, are written by the standard library, so every value reads back as before."""
+    try:
+        text = orjson.dumps(value, option=ORJSON_NATIVE_ONLY)
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
+    return json.dumps(value) if b"null" in text else text.decode()
 
 
 @functools.cache
@@ -153,6 +172,7 @@ class Stores:
             sqlite = config.url.startswith("sqlite")
             kwargs: dict[str, Any] = {
                 "connect_args": {"timeout": 30}, "pool_size": 1, "max_overflow": 0, "pool_reset_on_return": None,
+                "json_serializer": column_json,
             } if sqlite else {}
             self.engine = self.reader = create_async_engine(config.url, **kwargs)
             if sqlite:
