@@ -11,11 +11,13 @@ SQLAlchemy's `engine.begin()` took a second trip for its commit."""
 import contextlib
 import operator
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, LargeBinary, String, Table, and_, insert, select
+from sqlalchemy.dialects.sqlite import DATETIME
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -134,6 +136,20 @@ EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence"
 """A claim event's columns as `ClaimEvent.row` gives them (the id is the table's own)."""
 
 
+def datetime_text(impl: Any, process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """SQLite DATETIME's bind processor with its datetimes written by `isoformat`: the same text as its storage format
+    (the wall-clock fields, no offset) in about half the time; anything else, and other storage formats, by its own."""
+    if not isinstance(impl, DATETIME) or impl._storage_format != DATETIME._storage_format:
+        return process
+
+    def bind(value: Any) -> Any:
+        if value.__class__ is datetime:
+            return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+        return process(value)
+
+    return bind
+
+
 class Compiled:
     """One statement compiled once for a dialect, and the rows it binds as SQLAlchemy binds them (each value through
     its column type's bind processor, in the statement's order of parameters)."""
@@ -143,7 +159,10 @@ class Compiled:
         self.sql = str(compiled)
         order = list(compiled.positiontup or [])
         types = {column.key: column.type for column in table.columns}
-        processors = [types[name].dialect_impl(dialect).bind_processor(dialect) for name in order]
+        impls = [types[name].dialect_impl(dialect) for name in order]
+        processors = [
+            None if (process := impl.bind_processor(dialect)) is None else datetime_text(impl, process) for impl in impls
+        ]
         self._values = operator.itemgetter(*order) if len(order) > 1 else lambda row: (row[order[0]],)
         self._processed = [(index, process) for index, process in enumerate(processors) if process is not None]
         self._sized = [index for index, name in enumerate(order) if isinstance(types[name], String | LargeBinary | JSON)]
@@ -157,7 +176,13 @@ class Compiled:
     def bytes_bound(self, bound: list[list[Any]]) -> int:
         """The bytes of the text and binary values these rows bound in text, binary and JSON columns, the columns whose
         values can be large (`bound_bytes` counts every text value, datetimes' too)."""
-        return sum(len(value) for values in bound for index in self._sized if isinstance(value := values[index], str | bytes))
+        total = 0
+        for values in bound:
+            for index in self._sized:
+                value = values[index]
+                if isinstance(value, (str, bytes)):
+                    total += len(value)
+        return total
 
 
 class SqliteBatch:

@@ -49,6 +49,8 @@ def column_json(value: Any) -> str:
     `json.dumps`'s (SQLAlchemy's default). orjson writes a non-finite number as null and refuses what it does not
     write natively (integers beyond 64 bits, non-string keys, lone surrogates); output with a null, and what it
     refuses, are written by the standard library, so every value reads back as before."""
+    if value is None:
+        return "null"
     try:
         text = orjson.dumps(value, option=ORJSON_NATIVE_ONLY)
     except orjson.JSONEncodeError:
