@@ -159,7 +159,7 @@ class ServedAgent:
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
         app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
         if self.direct_rpc:
-            app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH)
+            app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH, self.host.finished.json)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
         app = BindingMediaTypes(app, JSONRPC_PATH, REST_PATH)
         app = StatusPolls(app, self.host, self.principal_name)

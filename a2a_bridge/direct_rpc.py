@@ -39,6 +39,8 @@ DEBUG_LOGS = (sdk_log, logging.getLogger(telemetry.__name__))
 """The loggers whose debug lines only the dispatcher writes."""
 
 Call = Callable[[RequestHandler, Any, ServerCallContext], Awaitable[dict[str, Any]]]
+TaskJson = Callable[[Task], dict[str, Any]]
+"""A task's JSON as `to_dict` writes it (`StoredTasks.json` makes a finished task's once)."""
 RequestId = str | int | None
 
 
@@ -53,19 +55,21 @@ async def send_message(
     return to_dict(SendMessageResponse(message=result))
 
 
-async def get_task(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
-    """`GetTask` as the dispatcher's `_handle_get_task` answers it."""
-    task = await handler.on_get_task(params, context)
-    if not task:
-        raise TaskNotFoundError
-    return to_dict(task)
+def get_task(task_json: TaskJson) -> Call:
+    """`GetTask` as the dispatcher's `_handle_get_task` answers it, the task's JSON written by `task_json`."""
+
+    async def call(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+        task = await handler.on_get_task(params, context)
+        if not task:
+            raise TaskNotFoundError
+        return task_json(task)
+
+    return call
 
 
-METHODS: dict[str, tuple[type[ProtoMessage], Call]] = {
-    "SendMessage": (SendMessageRequest, send_message),
-    "GetTask": (GetTaskRequest, get_task),
-}
-"""The methods the direct path answers: the params' type (as the dispatcher's `METHOD_TO_MODEL`) and the call."""
+def methods(task_json: TaskJson) -> dict[str, tuple[type[ProtoMessage], Call]]:
+    """The methods the direct path answers: the params' type (as the dispatcher's `METHOD_TO_MODEL`) and the call."""
+    return {"SendMessage": (SendMessageRequest, send_message), "GetTask": (GetTaskRequest, get_task(task_json))}
 
 
 def steps_aside() -> bool:
@@ -98,12 +102,14 @@ class DirectRpc:
         builder: BridgeContextBuilder,
         dispatcher: BridgeJsonRpcDispatcher,
         path: str,
+        task_json: TaskJson = to_dict,
     ) -> None:
         self.app = app
         self.handler = handler
         self.builder = builder
         self.dispatcher = dispatcher
         self.path = path
+        self.methods = methods(task_json)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         direct = self._direct(scope)
@@ -120,14 +126,14 @@ class DirectRpc:
         if not isinstance(body, dict):
             return None
         method = body.get("method")
-        if not isinstance(method, str) or method not in METHODS:
+        if not isinstance(method, str) or method not in self.methods:
             return None
         if scope["method"] != "POST" or get_route_path(scope) != self.path or steps_aside():
             return None
         accepted, request_id = accepted_id(body)
         if not accepted:
             return None
-        params_type, call = METHODS[method]
+        params_type, call = self.methods[method]
         try:
             params = from_dict(body["params"], params_type())
         except Exception:  # the dispatcher's -32602, which it answers itself

@@ -6,14 +6,16 @@ such a task again but for the claim that ended it writing that same end once mor
 and every change another replica announces (PostgreSQL's notices) still forgets the task, and a task read from the
 store is kept only when nothing forgot it since the read began (`epoch`), so what is kept is never older than the
 store. Memory is bounded by a number of tasks and by the bytes of their protobuf encoding; the task read least
-recently goes first."""
+recently goes first. A kept task's JSON (`json`) is made once, on its first GetTask, and dropped with it."""
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 from a2a.types import Task
 
 from a2a_bridge.ledger import TaskRecord, ended
+from a2a_bridge.proto_json import to_dict
 from a2a_bridge.states import is_terminal
 
 MAX_TASKS = 10_000
@@ -30,6 +32,8 @@ class StoredTasks:
     def __init__(self, max_tasks: int = MAX_TASKS, max_bytes: int = MAX_BYTES) -> None:
         self.max_tasks, self.max_bytes = max_tasks, max_bytes
         self._entries: OrderedDict[str, tuple[Task, TaskRecord, int]] = OrderedDict()
+        self._json: dict[str, dict[str, Any]] = {}
+        """The JSON of kept tasks that GetTask answered (read only: the answer's envelope holds it as it is)."""
         self._forgotten: OrderedDict[str, int] = OrderedDict()
         self._epoch = 0
         self._floor = 0
@@ -54,6 +58,17 @@ class StoredTasks:
             return None
         self._entries.move_to_end(task_id)
         return entry[0], entry[1]
+
+    def json(self, task: Task) -> dict[str, Any]:
+        """`to_dict(task)`, made once for a task equal to the one kept under its id (a copy of it, as GetTask answers
+        it), and anew for any other (one whose history an answer cut, one no longer kept)."""
+        entry = self._entries.get(task.id)
+        if entry is None or entry[0] != task:
+            return to_dict(task)
+        made = self._json.get(task.id)
+        if made is None:
+            made = self._json[task.id] = to_dict(task)
+        return made
 
     def keep(self, task: Task, record: TaskRecord, since: int) -> None:
         """Keep a task read from the store (with its record) after `epoch()` answered `since`, if it has finished and
@@ -85,3 +100,4 @@ class StoredTasks:
         entry = self._entries.pop(task_id, None)
         if entry is not None:
             self.bytes -= entry[2]
+            self._json.pop(task_id, None)

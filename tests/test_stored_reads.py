@@ -21,6 +21,7 @@ from a2a_bridge.auth import Principal
 from a2a_bridge.claims import Claim
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.ledger import TaskRecord
+from a2a_bridge.proto_json import to_dict
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.stored_tasks import StoredTasks
 from a2a_bridge.task_host import TaskHost
@@ -70,6 +71,24 @@ def test_the_cache_keeps_only_finished_tasks_read_since_their_last_write() -> No
     assert cache.get("d") is not None, "another task's write does not refuse it"
     cache.forget(["d"])
     assert cache.get("d") is None
+
+
+def test_a_kept_tasks_json_is_made_once_and_only_for_that_task_as_kept() -> None:
+    cache = StoredTasks()
+    task, record = finished("a")
+    task.history.add().parts.add().text = "second"
+    cache.keep(task, record, cache.epoch())
+    copy = Task()
+    copy.CopyFrom(task)
+    made = cache.json(copy)
+    assert made == to_dict(task) and cache.json(copy) is made
+
+    cut = Task()
+    cut.CopyFrom(task)
+    del cut.history[:1]
+    assert cache.json(cut) == to_dict(cut) != made, "a task whose history was cut is not the kept task"
+    cache.forget(["a"])
+    assert cache.json(copy) == made and cache.json(copy) is not made, "a forgotten task's JSON is made anew"
 
 
 ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
