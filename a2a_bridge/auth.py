@@ -1,5 +1,6 @@
 """Who is calling: bearer tokens mapped to principals, the 401 gate in front of protected agents, and the call context."""
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,13 @@ def visible_to(name: str, owner: str, responsible_user: str) -> bool:
 def owner_context(owner: str) -> ServerCallContext:
     """A call context that acts as the named owner of a task ('' is the anonymous owner)."""
     return ServerCallContext(user=Principal(owner) if owner else UnauthenticatedUser())
+
+
+@functools.lru_cache(maxsize=1024)
+def store_context(owner: str) -> ServerCallContext:
+    """The owner's call context for the task stores alone, which only read whose task it is: one per owner, shared by
+    every write (never handed to an agent or a handler, which may change a context's state)."""
+    return owner_context(owner)
 
 
 def bearer_token(scope: Scope) -> str | None:

@@ -29,11 +29,15 @@ Key = tuple[str, str]
 
 
 def fingerprint(message: Message) -> str:
-    """A digest of a message as it was sent, its messageId aside: parts, role, taskId, contextId, metadata and the rest."""
-    content = Message()
-    content.CopyFrom(message)
-    content.ClearField("message_id")
-    return hashlib.sha256(content.SerializeToString(deterministic=True)).hexdigest()
+    """A digest of a message as it was sent, its messageId aside: parts, role, taskId, contextId, metadata and the rest
+    (the message encoded with its messageId cleared, then put back: no copy of it)."""
+    message_id = message.message_id
+    message.ClearField("message_id")
+    try:
+        content = message.SerializeToString(deterministic=True)
+    finally:
+        message.message_id = message_id
+    return hashlib.sha256(content).hexdigest()
 
 
 def conflict(message_id: str) -> InvalidParamsError:

@@ -240,7 +240,7 @@ class MemoryLedger:
         self._ended_claims: dict[Claim, Claim] = {}
         self._messages: dict[tuple[str, str], dict[str, SentMessage]] = {}
         self._sessions = 0
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None
         self._written: list[Written] = []
 
     async def start_session(self, now: datetime) -> int:
@@ -260,7 +260,9 @@ class MemoryLedger:
         self._written.append(written)
 
     def changed(self) -> asyncio.Event:
-        """An event set at the next write."""
+        """An event set at the next write (made when first asked for: most writes have no one waiting)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
         return self._changed
 
     async def close(self) -> None:
@@ -341,8 +343,9 @@ class MemoryLedger:
         self._records[kept.task_id] = kept
         for written in self._written:
             written([record.task_id])
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
         for task_id, line in lines:
             self._events[task_id] = self._events.get(task_id, b"") + line
 

@@ -14,7 +14,7 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
 
 from a2a_bridge import claims
-from a2a_bridge.auth import RESPONSIBLE_USER
+from a2a_bridge.auth import RESPONSIBLE_USER, store_context
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
 from a2a_bridge.kept_writes import KeptWrites, tell_store_down
@@ -206,7 +206,8 @@ class TaskWriter:
             ]
             posted = self._posted(live)
             try:
-                await env.ledger.save(env.store, persisted, live.owner, record, posted, new=live.durable is None, log=logged)
+                owner = store_context(record.owner)
+                await env.ledger.save(env.store, persisted, owner, record, posted, new=live.durable is None, log=logged)
             except Exception as error:
                 record.revision = before
                 record.state, record.notifications, record.idle_expires_at = stored
