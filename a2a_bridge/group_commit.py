@@ -25,12 +25,13 @@ class GroupCommit(Generic[Item, Result]):
         self._writer: asyncio.Task[None] | None = None
 
     async def submit(self, item: Item) -> Result:
-        """The item's result once the transaction that holds it has committed; a canceled caller does not stop it."""
+        """The item's result once the transaction that holds it has committed; a canceled caller does not stop it (the
+        item is in the batch already: its future, canceled with the caller, is left unset)."""
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._drain())
-        return await asyncio.shield(future)
+        return await future
 
     async def _drain(self) -> None:
         try:
