@@ -98,6 +98,8 @@ class Metrics:
             "How long a write to the SQL store took, as its writer waited (group commit included), by operation",
             ["operation"], buckets=STORE_BUCKETS, registry=registry,
         )
+        self._store_writes: dict[str, Histogram] = {}
+        """The store-write histogram's child per operation (`labels()` costs a lock and a lookup of its own)."""
         self.webhooks = Counter(
             "a2a_bridge_webhook_deliveries", "Webhook deliveries, by agent and outcome (delivered, failed, refused)",
             ["agent", "outcome"], registry=registry,
@@ -121,7 +123,10 @@ class Metrics:
         )
 
     def store_write(self, operation: str, seconds: float) -> None:
-        self.store_writes.labels(operation).observe(seconds)
+        child = self._store_writes.get(operation)
+        if child is None:
+            child = self._store_writes[operation] = self.store_writes.labels(operation)
+        child.observe(seconds)
 
     def webhook(self, agent: str) -> Callable[[str], None]:
         """What the agent's webhook sender calls with each delivery's outcome."""
