@@ -6,7 +6,8 @@ such a task again but for the claim that ended it writing that same end once mor
 and every change another replica announces (PostgreSQL's notices) still forgets the task, and a task read from the
 store is kept only when nothing forgot it since the read began (`epoch`), so what is kept is never older than the
 store. Memory is bounded by a number of tasks and by the bytes of their protobuf encoding; the task read least
-recently goes first. A kept task's JSON (`json`) is made once, on its first GetTask, and dropped with it."""
+recently goes first. A kept task's JSON (`json`) is made once, on its first GetTask, and dropped with it; the JSON is
+kept for tasks of at most `JSON_BYTES` of encoding together, the most recently answered."""
 
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -21,6 +22,8 @@ from a2a_bridge.states import is_terminal
 MAX_TASKS = 10_000
 MAX_BYTES = 16 * 1024 * 1024
 """Bytes of the kept tasks' protobuf encoding (their objects take a few times that in memory)."""
+JSON_BYTES = 1024 * 1024
+"""Protobuf bytes of the kept tasks whose JSON is kept too (a task's JSON objects take several times its encoding)."""
 FORGOTTEN = 4_096
 """Recently forgotten task ids remembered with when they were forgotten; a read that began before the oldest of them
 is not kept (it cannot tell whether its task was among those forgotten earlier)."""
@@ -29,11 +32,13 @@ is not kept (it cannot tell whether its task was among those forgotten earlier).
 class StoredTasks:
     """A bounded, least-recently-read-first cache of finished tasks and their records (read only: callers copy)."""
 
-    def __init__(self, max_tasks: int = MAX_TASKS, max_bytes: int = MAX_BYTES) -> None:
-        self.max_tasks, self.max_bytes = max_tasks, max_bytes
+    def __init__(self, max_tasks: int = MAX_TASKS, max_bytes: int = MAX_BYTES, max_json_bytes: int = JSON_BYTES) -> None:
+        self.max_tasks, self.max_bytes, self.max_json_bytes = max_tasks, max_bytes, max_json_bytes
         self._entries: OrderedDict[str, tuple[Task, TaskRecord, int]] = OrderedDict()
-        self._json: dict[str, dict[str, Any]] = {}
-        """The JSON of kept tasks that GetTask answered (read only: the answer's envelope holds it as it is)."""
+        self._json: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        """The JSON of kept tasks that GetTask answered, with their encoding's size (read only: the answer's envelope
+        holds it as it is)."""
+        self.json_bytes = 0
         self._forgotten: OrderedDict[str, int] = OrderedDict()
         self._epoch = 0
         self._floor = 0
@@ -61,14 +66,21 @@ class StoredTasks:
 
     def json(self, task: Task) -> dict[str, Any]:
         """`to_dict(task)`, made once for a task equal to the one kept under its id (a copy of it, as GetTask answers
-        it), and anew for any other (one whose history an answer cut, one no longer kept)."""
+        it) and kept while within `max_json_bytes`, and anew for any other (one whose history an answer cut, one no
+        longer kept)."""
         entry = self._entries.get(task.id)
         if entry is None or entry[0] != task:
             return to_dict(task)
         made = self._json.get(task.id)
-        if made is None:
-            made = self._json[task.id] = to_dict(task)
-        return made
+        if made is not None:
+            self._json.move_to_end(task.id)
+            return made[0]
+        answer = to_dict(task)
+        self._json[task.id] = (answer, entry[2])
+        self.json_bytes += entry[2]
+        while self.json_bytes > self.max_json_bytes:
+            self._forget_json(next(iter(self._json)))
+        return answer
 
     def keep(self, task: Task, record: TaskRecord, since: int) -> None:
         """Keep a task read from the store (with its record) after `epoch()` answered `since`, if it has finished and
@@ -100,4 +112,9 @@ class StoredTasks:
         entry = self._entries.pop(task_id, None)
         if entry is not None:
             self.bytes -= entry[2]
-            self._json.pop(task_id, None)
+            self._forget_json(task_id)
+
+    def _forget_json(self, task_id: str) -> None:
+        made = self._json.pop(task_id, None)
+        if made is not None:
+            self.json_bytes -= made[1]

@@ -91,6 +91,21 @@ def test_a_kept_tasks_json_is_made_once_and_only_for_that_task_as_kept() -> None
     assert cache.json(copy) == made and cache.json(copy) is not made, "a forgotten task's JSON is made anew"
 
 
+def test_the_json_of_kept_tasks_is_bounded_by_their_bytes_most_recently_answered_first() -> None:
+    tasks = [finished(name, "y" * 100) for name in "abc"]
+    size = tasks[0][0].ByteSize()
+    cache = StoredTasks(max_json_bytes=2 * size)
+    for task, record in tasks:
+        cache.keep(task, record, cache.epoch())
+    made = {task.id: cache.json(task) for task, _ in tasks[:2]}
+    assert cache.json(tasks[0][0]) is made["a"], "answered again: now the most recent"
+    cache.json(tasks[2][0])
+    assert cache.json_bytes == 2 * size
+    assert cache.json(tasks[0][0]) is made["a"] and cache.json(tasks[1][0]) is not made["b"]
+    cache.forget(["a", "b", "c"])
+    assert cache.json_bytes == 0
+
+
 ALICE, BOB = {"Authorization": "Bearer alice-token"}, {"Authorization": "Bearer bob-token"}
 
 
