@@ -102,7 +102,7 @@ class DirectRpc:
         builder: BridgeContextBuilder,
         dispatcher: BridgeJsonRpcDispatcher,
         path: str,
-        task_json: TaskJson = to_dict,
+        task_json: TaskJson,
     ) -> None:
         self.app = app
         self.handler = handler

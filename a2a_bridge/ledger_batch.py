@@ -136,10 +136,11 @@ EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence"
 """A claim event's columns as `ClaimEvent.row` gives them (the id is the table's own)."""
 
 
-def datetime_text(impl: Any, process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def datetime_text(impl: Any, process: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
     """SQLite DATETIME's bind processor with its datetimes written by `isoformat`: the same text as its storage format
-    (the wall-clock fields, no offset) in about half the time; anything else, and other storage formats, by its own."""
-    if not isinstance(impl, DATETIME) or impl._storage_format != DATETIME._storage_format:
+    (the wall-clock fields, no offset) in about half the time; anything else, and every other type's processor (None
+    where it has none), by its own."""
+    if process is None or not isinstance(impl, DATETIME) or impl._storage_format != DATETIME._storage_format:
         return process
 
     def bind(value: Any) -> Any:
@@ -160,9 +161,7 @@ class Compiled:
         order = list(compiled.positiontup or [])
         types = {column.key: column.type for column in table.columns}
         impls = [types[name].dialect_impl(dialect) for name in order]
-        processors = [
-            None if (process := impl.bind_processor(dialect)) is None else datetime_text(impl, process) for impl in impls
-        ]
+        processors = [datetime_text(impl, impl.bind_processor(dialect)) for impl in impls]
         self._values = operator.itemgetter(*order) if len(order) > 1 else lambda row: (row[order[0]],)
         self._processed = [(index, process) for index, process in enumerate(processors) if process is not None]
         self._sized = [index for index, name in enumerate(order) if isinstance(types[name], String | LargeBinary | JSON)]
