@@ -72,7 +72,7 @@ class Canceller:
             if live.running is None and self.held_elsewhere(live.record.claim):
                 return await self.cancel_elsewhere(live.record.copy(), context)
             if live.record.claim.state == claims.NEEDS_RECONCILIATION:
-                await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+                self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
                 await self.writer.put_record(live)
                 return snapshot(live.task)
             live.canceling = asyncio.Event()
@@ -90,7 +90,7 @@ class Canceller:
         """Stop the turn and end the task CANCELED; what the store does not take now is kept for it (and the caller
         told StoreUnavailable). The agent's cancel() runs once the request is stored: on the claim first, unless
         `request_stored` (a replica that dies before the end is stored leaves the request to its recovery)."""
-        await self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+        self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
         recorded = None if request_stored else asyncio.ensure_future(self._record(live))
         running, turn = live.running, live.running_turn
         if running is not None and turn is not None:

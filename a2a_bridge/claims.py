@@ -1,7 +1,8 @@
 """Claims after the Open Agent Bridge: the transition reference as one data table, and the pure checks that read it."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -69,9 +70,8 @@ class ClaimError(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """The claim view of one task."""
+class Claim(NamedTuple):
+    """The claim view of one task (immutable: a tuple, built in a fraction of a frozen dataclass's time)."""
 
     state: str = NO_RECORD
     claim_generation: int = 0
@@ -81,23 +81,28 @@ class Claim:
     stage: str | None = None
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """An operation on a claim, with what the caller asserts."""
 
     operation: str
     generation: int | None = None
     session: int = 0
-    evidence: dict[str, object] = field(default_factory=dict)
+    evidence: dict[str, object] | None = None
     local_operation_stopped: bool = False
     window_seconds: int | None = None
     stage: str | None = None
 
 
+ROWS_BY_SOURCE: dict[tuple[str, str], Row] = {
+    (source, row.operation): row for row in reversed(TRANSITIONS) for source in row.sources
+}
+"""The row that applies to each (claim state, operation): the first in TRANSITIONS where several would."""
+
+
 def row_for(state: str, operation: str) -> Row:
-    for row in TRANSITIONS:
-        if state in row.sources and row.operation == operation:
-            return row
+    row = ROWS_BY_SOURCE.get((state, operation))
+    if row is not None:
+        return row
     if state in TERMINAL:
         raise ClaimError("terminal", f"the task is {state}; a terminal task is never mutated")
     raise ClaimError("invalid_transition", f"{operation} is not allowed from {state}")

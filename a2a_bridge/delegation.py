@@ -29,7 +29,7 @@ def refused() -> InvalidParamsError:
 def parent_task(message: Message) -> str | None:
     """The parent task a message names ('' when the extension's value is not an object with a string parentTask);
     None when the message does not use the extension."""
-    if ON_BEHALF_OF not in message.metadata:
+    if not message.HasField("metadata") or ON_BEHALF_OF not in message.metadata:
         return None
     value = MessageToDict(message.metadata).get(ON_BEHALF_OF)
     parent = value.get("parentTask") if isinstance(value, dict) else None

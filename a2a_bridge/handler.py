@@ -58,13 +58,17 @@ def header_safe(value: str) -> bool:
     return len(value) <= 4096 and all(" " <= c <= "~" for c in value)
 
 
+DEFAULT_MEDIA_TYPES = {"text": "text/plain", "data": "application/json"}
+"""The media type of a part that names none, by its content (anything else is application/octet-stream)."""
+
+
 def part_media_type(part: object) -> str:
     """The media type a part counts as: text is text/plain and data is application/json unless it says otherwise."""
     media_type = getattr(part, "media_type", "")
     if media_type:
         return media_type
     kind = part.WhichOneof("content")  # type: ignore[attr-defined]
-    return {"text": "text/plain", "data": "application/json"}.get(kind or "", "application/octet-stream")
+    return DEFAULT_MEDIA_TYPES.get(kind or "", "application/octet-stream")
 
 
 class BridgeRequestHandler(RequestHandler):

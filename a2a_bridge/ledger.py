@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 from a2a.server.context import ServerCallContext
@@ -67,8 +67,7 @@ class TaskRecord:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SentMessage:
+class SentMessage(NamedTuple):
     """A message a caller already sent, for idempotent retries; `session` is the session sending it (None once no
     process is sending it)."""
 
@@ -78,8 +77,7 @@ class SentMessage:
     session: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimEvent:
+class ClaimEvent(NamedTuple):
     """One claim operation posted for a task, with its evidence."""
 
     task_id: str

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, LargeBinary, String, Table, and_, insert, select
 from sqlalchemy.dialects.sqlite import DATETIME
@@ -41,8 +41,7 @@ LARGE = "a2a_bridge.large_binding"
 """The pool entry's mark of a connection that bound LARGE_BINDING bytes or more."""
 
 
-@dataclass(frozen=True)
-class Save:
+class Save(NamedTuple):
     """A task row (absent for a record-only write), its record row, the claim events it posted and the event-log rows
     it appends; `new` writes the record only if none is stored."""
 
@@ -54,8 +53,7 @@ class Save:
     log: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass(frozen=True)
-class Remember:
+class Remember(NamedTuple):
     """A message sent under (agent, owner, messageId), unless it was sent before."""
 
     key: tuple[str, str, str]

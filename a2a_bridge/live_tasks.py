@@ -4,7 +4,7 @@ and the table of those tasks (`TaskTable`: acquire, release, evict)."""
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
@@ -31,22 +31,19 @@ REQUESTED_BY = "requested_by"
 """The call context's state key naming who asked for a cancel made in the task owner's name (an operator)."""
 
 
-@dataclass(frozen=True)
-class TurnEnded:
+class TurnEnded(NamedTuple):
     """The caller's turn is over; `task` is the task as that turn left it (None for a direct reply)."""
 
     task: Task | None
 
 
-@dataclass(frozen=True)
-class TurnFailed:
+class TurnFailed(NamedTuple):
     """The agent raised during the caller's turn; the task (if any) is FAILED."""
 
     task_id: str
 
 
-@dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     """The caller's queued turn could not run (the task ended before it, or the store could not take it)."""
 
     error: A2AError
@@ -55,7 +52,7 @@ class Refused:
 FeedItem = Event | TurnEnded | TurnFailed | Refused
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Listener:
     """A queue fed with the events of one turn (a claim generation), or of every turn once `turn` is None."""
 
@@ -80,7 +77,7 @@ class Listener:
         return not isinstance(item, TaskStatusUpdateEvent | TaskArtifactUpdateEvent)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LiveTask:
     """What this process holds for a task while a turn runs, a call waits or someone listens."""
 
@@ -121,7 +118,7 @@ class LiveTask:
         return self.bytes
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pending:
     """A task that exists only once its agent sends something other than a direct reply."""
 

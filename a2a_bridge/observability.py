@@ -19,9 +19,8 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -37,8 +36,7 @@ OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDP
 log = logging.getLogger("a2a_bridge.tasks")
 
 
-@dataclass(frozen=True)
-class TaskScope:
+class TaskScope(NamedTuple):
     """The task the current code works on; `generation` reads its claim generation when a line is logged."""
 
     agent: str

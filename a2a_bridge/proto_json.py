@@ -22,8 +22,8 @@ _WIDE = {
     FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
     FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64,
 }
-_CONVERTERS: dict[FieldDescriptor, tuple[str, bool, Convert]] = {}
-"""Per field: its JSON name, whether it is repeated, and the converter of one value."""
+_CONVERTERS: dict[FieldDescriptor, tuple[str, bool, Convert | None]] = {}
+"""Per field: its JSON name, whether it is repeated, and the converter of one value (None: the value as it is)."""
 
 
 class Unsupported(Exception):
@@ -44,16 +44,19 @@ def _fields(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
         name, repeated, convert = _CONVERTERS.get(field) or _converter(field)
-        out[name] = [convert(item) for item in value] if repeated else convert(value)
+        if convert is None:
+            out[name] = list(value) if repeated else value
+        else:
+            out[name] = [convert(item) for item in value] if repeated else convert(value)
     return out
 
 
-def _converter(field: FieldDescriptor) -> tuple[str, bool, Convert]:
+def _converter(field: FieldDescriptor) -> tuple[str, bool, Convert | None]:
     """How one field's value (each item of a repeated field) becomes JSON; whole-field fallbacks for the rest."""
     kind = field.type
-    convert: Convert
+    convert: Convert | None
     if kind in _PLAIN:
-        convert = _same
+        convert = None
     elif kind in _WIDE:
         convert = str
     elif kind == FieldDescriptor.TYPE_ENUM:
@@ -66,10 +69,6 @@ def _converter(field: FieldDescriptor) -> tuple[str, bool, Convert]:
         convert = _unsupported(field)
     _CONVERTERS[field] = (field.json_name, field.is_repeated, convert)
     return _CONVERTERS[field]
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 def _bytes(value: bytes) -> str:
@@ -139,6 +138,14 @@ _INT32_RANGE = {
     FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
     FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
 }
+_MESSAGE, _MAP, _STRING, _BOOL, _INT32, _ENUM, _OTHER = range(7)
+"""How `_parse` reads a field's JSON value: a message, a map (left to `ParseDict`), a scalar of one of the plain
+kinds, or any other scalar (left to `ParseDict`)."""
+Plan = dict[str, tuple[str, str | None, bool, int, Any]]
+"""Per JSON name that `_parse` reads: the field's name, its oneof's name, whether it is repeated, its kind (above), and
+the kind's detail (an integer range, an enum's numbers by name)."""
+_PLANS: dict[Descriptor, Plan | None] = {}
+"""Each message type's plan, made on first use; None for the well-known types, which `ParseDict` reads."""
 
 
 def from_dict(value: dict[str, Any], message: Message) -> Message:
@@ -153,50 +160,81 @@ def from_dict(value: dict[str, Any], message: Message) -> Message:
     return message
 
 
+def _plan(descriptor: Descriptor) -> Plan | None:
+    """The fields `_parse` reads by a JSON name: those whose camel-case name is their JSON name."""
+    if descriptor.full_name.startswith("google.protobuf."):
+        plan = None
+    else:
+        plan = {}
+        for name, field in descriptor.fields_by_camelcase_name.items():
+            if field.json_name != name:
+                continue
+            oneof = field.containing_oneof.name if field.containing_oneof is not None else None
+            kind, detail = _kind(field)
+            plan[name] = (field.name, oneof, field.is_repeated, kind, detail)
+    _PLANS[descriptor] = plan
+    return plan
+
+
+def _kind(field: FieldDescriptor) -> tuple[int, Any]:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return (_MAP, None) if _is_map(field.message_type) else (_MESSAGE, None)
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return _STRING, None
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return _BOOL, None
+    if field.type in _INT32_RANGE:
+        return _INT32, _INT32_RANGE[field.type]
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return _ENUM, {name: value.number for name, value in field.enum_type.values_by_name.items()}
+    return _OTHER, None
+
+
 def _parse(value: Any, message: Message) -> None:
     descriptor = message.DESCRIPTOR
-    if not isinstance(value, dict) or descriptor.full_name.startswith("google.protobuf."):
+    plan = _PLANS[descriptor] if descriptor in _PLANS else _plan(descriptor)
+    if plan is None or not isinstance(value, dict):
         ParseDict(value, message, ignore_unknown_fields=True)
         return
-    fields = descriptor.fields_by_camelcase_name
     oneofs: set[str] = set()
     for name, item in value.items():
-        field = fields.get(name)
-        if field is None or field.json_name != name or item is None:
+        entry = plan.get(name)
+        if entry is None or item is None:
             raise Unparsed(name)
-        if field.containing_oneof is not None:
-            if field.containing_oneof.name in oneofs:
+        attribute, oneof, repeated, kind, detail = entry
+        if oneof is not None:
+            if oneof in oneofs:
                 raise Unparsed(name)
-            oneofs.add(field.containing_oneof.name)
-        if field.is_repeated:
-            if not isinstance(item, list) or (field.message_type is not None and _is_map(field.message_type)):
+            oneofs.add(oneof)
+        if repeated:
+            if not isinstance(item, list) or kind == _MAP:
                 raise Unparsed(name)
-            target = getattr(message, field.name)
-            for element in item:
-                if field.type == FieldDescriptor.TYPE_MESSAGE:
+            target = getattr(message, attribute)
+            if kind == _MESSAGE:
+                for element in item:
                     _parse(element, target.add())
-                else:
-                    target.append(_scalar(field, element))
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            child = getattr(message, field.name)
+            else:
+                for element in item:
+                    target.append(_scalar(kind, detail, element, name))
+        elif kind == _MESSAGE:
+            child = getattr(message, attribute)
             child.SetInParent()
             _parse(item, child)
         else:
-            setattr(message, field.name, _scalar(field, item))
+            setattr(message, attribute, _scalar(kind, detail, item, name))
 
 
-def _scalar(field: FieldDescriptor, value: Any) -> Any:
-    kind = field.type
-    if kind == FieldDescriptor.TYPE_STRING and isinstance(value, str):
+def _scalar(kind: int, detail: Any, value: Any, name: str) -> Any:
+    if kind == _STRING and isinstance(value, str):
         return value
-    if kind == FieldDescriptor.TYPE_BOOL and isinstance(value, bool):
+    if kind == _BOOL and isinstance(value, bool):
         return value
-    if kind in _INT32_RANGE and isinstance(value, int) and not isinstance(value, bool):
-        low, high = _INT32_RANGE[kind]
+    if kind == _INT32 and isinstance(value, int) and not isinstance(value, bool):
+        low, high = detail
         if low <= value <= high:
             return value
-    if kind == FieldDescriptor.TYPE_ENUM and isinstance(value, str):
-        known = field.enum_type.values_by_name.get(value)
-        if known is not None:
-            return known.number
-    raise Unparsed(field.full_name)
+    if kind == _ENUM and isinstance(value, str):
+        number = detail.get(value)
+        if number is not None:
+            return number
+    raise Unparsed(name)

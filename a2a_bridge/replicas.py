@@ -182,7 +182,7 @@ class ReplicaLink:
             await self.writer.refresh(live)
             expected = live.record.claim
             if pending and expected.state in HELD and not expected.cancellation_requested:
-                await self.writer.post(live, Op("request_cancel"), {"requested_by": pending[0].requested_by})
+                self.writer.post(live, Op("request_cancel"), {"requested_by": pending[0].requested_by})
                 if not await self.writer.commit_at_rest(live, expected):
                     live.record.claim = expected
                     for request in pending:

@@ -63,9 +63,14 @@ def row_for(state: "int | str") -> StateRow:
     return row
 
 
+TERMINAL_BY_NUMBER: dict[int, bool] = {number: row.state_class is StateClass.TERMINAL for number, row in ROWS.items()}
+"""Whether each state number that has a row is terminal (the question every event asks, answered by one lookup)."""
+
+
 def is_terminal(state: "int | str") -> bool:
     """True for the four states after which a task never changes."""
-    return row_for(state).state_class is StateClass.TERMINAL
+    terminal = TERMINAL_BY_NUMBER.get(state) if type(state) is int else None
+    return terminal if terminal is not None else row_for(state).state_class is StateClass.TERMINAL
 
 
 def is_interrupted(state: "int | str") -> bool:

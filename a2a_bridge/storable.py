@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_DEPTH = 32
 """Arrays and objects nested in one body, the body itself counted: protobuf's JSON parser stops at 100 levels of
@@ -94,11 +96,30 @@ class _Reader:
 _READER = _Reader()
 
 
+_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 16
+"""Sixteen digits in a row (every digit written as 0): a number orjson may read otherwise than Python's parser (past 64
+bits as a float) or that may pass 2^53."""
+
+
 def parse(body: bytes) -> tuple[Any, bool, Flaw | None]:
     """The parsed body (None when it is not JSON the app could read), whether it must be refused as unreadable (not
     strict UTF-8, which json.loads would take as UTF-16 or with encoded surrogates, or nested deeper than Python's
-    parser goes), and the first value the stores cannot hold. The parsed value is walked only when it may hold one:
-    a marked number, an escaped U+0000 or surrogate, more brackets than MAX_DEPTH."""
+    parser goes), and the first value the stores cannot hold. orjson reads a body where it reads it as `read` does:
+    at most MAX_DEPTH brackets, no sixteen digits in a row, and JSON orjson accepts (strict UTF-8, no NaN, Infinity,
+    overflowing literal or lone surrogate); `read` reads every other body."""
+    brackets = body.count(b"[") + body.count(b"{")
+    if brackets > MAX_DEPTH or _LONG_NUMBER in body.translate(_AS_ZERO):
+        return read(body)
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return read(body)
+    return value, False, _flaw(value, body, False, brackets)
+
+
+def read(body: bytes) -> tuple[Any, bool, Flaw | None]:
+    """`parse` by Python's own parser with `_READER`'s hooks, for any body."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -109,11 +130,17 @@ def parse(body: bytes) -> tuple[Any, bool, Flaw | None]:
         return None, True, None
     except ValueError:
         return None, False, None
+    return value, False, _flaw(value, body, marked, body.count(b"[") + body.count(b"{"))
+
+
+def _flaw(value: Any, body: bytes, marked: bool, brackets: int) -> Flaw | None:
+    """The first flaw of a parsed body, walked only when it may hold one: a marked number, an escaped U+0000 or
+    surrogate, more brackets than MAX_DEPTH."""
     surrogate = (b"\\ud" in body or b"\\uD" in body) and _SURROGATE_ESCAPE.search(body) is not None
     strings = surrogate or b"\\u0000" in body
-    if marked or strings or body.count(b"[") + body.count(b"{") > MAX_DEPTH:
-        return value, False, first_flaw(value, strings)
-    return value, False, None
+    if marked or strings or brackets > MAX_DEPTH:
+        return first_flaw(value, strings)
+    return None
 
 
 def first_flaw(value: Any, strings: bool = True) -> Flaw | None:

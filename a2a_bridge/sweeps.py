@@ -53,12 +53,12 @@ class Sweeps:
             expected = live.record.claim
             if expected != record.claim:
                 return
-            await writer.post(live, Op("invalidate"), {"reason": "claim_lost", "session": record.claim.session_generation})
+            writer.post(live, Op("invalidate"), {"reason": "claim_lost", "session": record.claim.session_generation})
             if not await writer.commit_at_rest(live, expected):
                 live.record.claim = expected
                 return
             if live.record.claim.cancellation_requested:
-                await writer.post(
+                writer.post(
                     live, Op("reconcile_cancelled", local_operation_stopped=True), {"reason": "the process running it stopped"}
                 )
                 canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, env.new_id())
@@ -88,7 +88,7 @@ class Sweeps:
                 claims.apply(live.record.claim, check, env.clock.now(), env.settings.lease)
                 await self.runner.resume_turn(task_id, live.owner, live.record.signal, operation, evidence, background=True)
                 return live.record.copy()
-            await writer.post(live, Op(operation, local_operation_stopped=True), evidence)
+            writer.post(live, Op(operation, local_operation_stopped=True), evidence)
             note = str(evidence.get("note") or "no note")
             if outcome == "completed":
                 done = agent_status(live.task, TaskState.TASK_STATE_COMPLETED, f"Reconciled by an operator: {note}", env.new_id())

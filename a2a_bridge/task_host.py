@@ -3,7 +3,6 @@ the host's parts (docs/architecture.md): the table of live tasks, the writer tha
 runner, cancels, the lifecycle sweeps and the replica protocol."""
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -231,8 +230,10 @@ class TaskHost:
         live = self.table.live.get(task_id)
         if live is None:
             return
-        with contextlib.suppress(ValueError):
+        try:
             live.listeners.remove(listener)
+        except ValueError:
+            pass
         self.table.evict_if_idle(live)
 
     async def wait_idle(self) -> None:

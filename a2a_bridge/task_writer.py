@@ -67,7 +67,8 @@ class TaskWriter:
                 del task.history[:]
                 task.history.extend(agent_task.history)
             task.artifacts.extend(agent_task.artifacts)
-            task.metadata.update(agent_task.metadata)
+            if agent_task.HasField("metadata"):
+                task.metadata.update(agent_task.metadata)
         owner = pending.owner.user.user_name
         record = TaskRecord(
             task_id=task.id,
@@ -81,8 +82,8 @@ class TaskWriter:
         live.running, live.running_turn = execution, turn
         live.listeners.append(pending.listener)
         self.table.live[task.id] = live
-        await self.post(live, Op("create"), {"message_id": task.history[0].message_id if task.history else ""})
-        await self.post(live, Op("claim", session=env.session), {"turn": "first message"})
+        self.post(live, Op("create"), {"message_id": task.history[0].message_id if task.history else ""})
+        self.post(live, Op("claim", session=env.session), {"turn": "first message"})
         live.unsaved.append((turn, snapshot(task)))
         if env.settings.repeat_safe and not env.ledger.shared:
             self.defer(live)
@@ -125,7 +126,7 @@ class TaskWriter:
         if self.join_winner is not None:
             self.join_winner(live.task.id, pending.owner, pending.listener)
 
-    async def post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
+    def post(self, live: LiveTask, op: Op, evidence: dict[str, Any]) -> Claim:
         """Apply one claim operation (raising ClaimError if refused) and record it with its evidence."""
         now = self.env.clock.now()
         claim = live.record.claim
@@ -304,7 +305,7 @@ class TaskWriter:
         operations = self._claim_ops(live, event) if claim_ops is None else claim_ops
         try:
             for operation in operations:
-                await self.post(live, Op(operation, local_operation_stopped=True), evidence_of(event))
+                self.post(live, Op(operation, local_operation_stopped=True), evidence_of(event))
         except ClaimError as refused:
             live.record.claim = before
             log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
@@ -338,6 +339,9 @@ class TaskWriter:
         """Save the task with what was folded into it since the last save, then publish it in order (a new task's
         first snapshot, then the agent's events, which also go to the shared event log and to webhooks). False when
         the store is down: the events are kept and a retrier stores and publishes them once it is back."""
+        if not live.unsaved and not live.claim_log and live.retrying is None and not live.store_lock.locked():
+            self.table.evict_if_idle(live)
+            return True
         refused: Exception | None = None
         async with live.store_lock:
             if live.retrying is not None:

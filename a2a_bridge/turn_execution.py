@@ -138,7 +138,7 @@ class TurnExecution:
         if claim.lease_until is not None and claim.lease_until - self.env.clock.now() > self.env.settings.lease:
             return True
         try:
-            await self.writer.post(live, Op("renew", session=self.env.session), {"renewed_by": "bridge"})
+            self.writer.post(live, Op("renew", session=self.env.session), {"renewed_by": "bridge"})
         except ClaimError as refused:
             log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
             return False
@@ -149,7 +149,7 @@ class TurnExecution:
     async def open_window(self, live: LiveTask, turn: int, stage: str, seconds: int) -> None:
         if live.record.claim.claim_generation != turn:
             raise ClaimError("stale_claim", "the turn's claim is no longer current")
-        await self.writer.post(
+        self.writer.post(
             live, Op("open_window", session=self.env.session, stage=stage, window_seconds=seconds), {"stage": stage, "seconds": seconds}
         )
         if live.durable is None:

@@ -187,8 +187,8 @@ class TurnRunner:
                     await asyncio.wait_for(released.wait(), RELEASE_POLL)
                 continue
             if expected.state == claims.CLAIMED:
-                await self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
-            claim = await self.writer.post(live, Op(operation, session=self.env.session, local_operation_stopped=True), evidence)
+                self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True})
+            claim = self.writer.post(live, Op(operation, session=self.env.session, local_operation_stopped=True), evidence)
             previous, live.record.signal = live.record.signal, signal
             try:
                 if await self.writer.commit_at_rest(live, expected):
@@ -235,7 +235,7 @@ class TurnRunner:
         once the store is back); what the caller is told."""
         if live.durable is not None:
             live.task, live.bytes = snapshot(live.durable[0]), None
-        await self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True, "reason": "input not stored"})
+        self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True, "reason": "input not stored"})
         with contextlib.suppress(StoreUnavailable):
             await self.writer.put_record(live)
         if isinstance(error, A2AError):

@@ -22,12 +22,18 @@ from a2a.types import (
     Artifact,
     Message,
     Part,
-    Role,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
+)
+from a2a.types.a2a_pb2 import (
+    ROLE_AGENT,
+    TASK_STATE_CANCELED,
+    TASK_STATE_COMPLETED,
+    TASK_STATE_INPUT_REQUIRED,
+    TASK_STATE_SUBMITTED,
 )
 
 RESULT_TEXT = "done"
@@ -70,33 +76,33 @@ class Bench(AgentExecutor):
                 Task(
                     id=task_id,
                     context_id=context_id,
-                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    status=TaskStatus(state=TASK_STATE_SUBMITTED),
                     history=[context.message],
                 )
             )
             text = context.get_user_input().strip()
             if text == "ask":
-                await self._status(event_queue, task_id, context_id, TaskState.TASK_STATE_INPUT_REQUIRED, ASK_TEXT)
+                await self._status(event_queue, task_id, context_id, TASK_STATE_INPUT_REQUIRED, ASK_TEXT)
                 return
             plan = stream_plan(text)
             if plan is not None:
                 await self._stream(event_queue, task_id, context_id, *plan)
                 return
         await self._artifact(event_queue, task_id, context_id, "result", RESULT_TEXT)
-        await self._status(event_queue, task_id, context_id, TaskState.TASK_STATE_COMPLETED)
+        await self._status(event_queue, task_id, context_id, TASK_STATE_COMPLETED)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """CANCELED, its message naming when the cancel reached the agent (`stopped=NANOSECONDS`, wall clock): the
         host calls cancel() once the turn it stopped has ended."""
         text = f"stopped={time.time_ns()}"
-        await self._status(event_queue, context.task_id or "", context.context_id or "", TaskState.TASK_STATE_CANCELED, text)
+        await self._status(event_queue, context.task_id or "", context.context_id or "", TASK_STATE_CANCELED, text)
 
     async def _stream(self, queue: EventQueue, task_id: str, context_id: str, count: int, gap: float) -> None:
         for seq in range(count):
             if gap and seq:
                 await asyncio.sleep(gap)
             await self._artifact(queue, task_id, context_id, f"event-{seq}", f"emit={time.time_ns()} seq={seq}")
-        await self._status(queue, task_id, context_id, TaskState.TASK_STATE_COMPLETED)
+        await self._status(queue, task_id, context_id, TASK_STATE_COMPLETED)
 
     @staticmethod
     async def _artifact(queue: EventQueue, task_id: str, context_id: str, artifact_id: str, text: str) -> None:
@@ -114,7 +120,7 @@ class Bench(AgentExecutor):
             status.message.CopyFrom(
                 Message(
                     message_id=str(uuid.uuid4()),
-                    role=Role.ROLE_AGENT,
+                    role=ROLE_AGENT,
                     task_id=task_id,
                     context_id=context_id,
                     parts=[Part(text=text)],

@@ -1,6 +1,5 @@
 """Every row of the Open Agent Bridge transition reference, every refused pair, and every precondition."""
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -81,21 +80,21 @@ def test_every_other_pair_is_refused(state: str, operation: str) -> None:
 def test_stale_generation_is_refused() -> None:
     claim, op = satisfying(claims.CLAIMED, claims.row_for(claims.CLAIMED, "complete"))
     with pytest.raises(ClaimError) as refused:
-        claims.apply(claim, replace(op, generation=2), NOW)
+        claims.apply(claim, op._replace(generation=2), NOW)
     assert refused.value.reason == "stale_claim"
 
 
 def test_fenced_session_is_refused() -> None:
     claim, op = satisfying(claims.CLAIMED, claims.row_for(claims.CLAIMED, "renew"))
     with pytest.raises(ClaimError) as refused:
-        claims.apply(claim, replace(op, session=6), NOW)
+        claims.apply(claim, op._replace(session=6), NOW)
     assert refused.value.reason == "stale_claim"
 
 
 def test_expired_lease_is_refused() -> None:
     claim, op = satisfying(claims.CLAIMED, claims.row_for(claims.CLAIMED, "complete"))
     with pytest.raises(ClaimError) as refused:
-        claims.apply(replace(claim, lease_until=NOW - timedelta(seconds=1)), op, NOW)
+        claims.apply(claim._replace(lease_until=NOW - timedelta(seconds=1)), op, NOW)
     assert refused.value.reason == "lease_expired"
 
 
@@ -107,14 +106,14 @@ def test_expired_lease_is_refused() -> None:
 def test_recorded_cancellation_blocks_progress(state: str, operation: str) -> None:
     claim, op = satisfying(state, claims.row_for(state, operation))
     with pytest.raises(ClaimError) as refused:
-        claims.apply(replace(claim, cancellation_requested=True), op, NOW)
+        claims.apply(claim._replace(cancellation_requested=True), op, NOW)
     assert refused.value.reason == "cancellation_requested"
 
 
 def test_reconcile_cancelled_needs_a_recorded_cancellation() -> None:
     claim, op = satisfying(claims.NEEDS_RECONCILIATION, claims.row_for(claims.NEEDS_RECONCILIATION, "reconcile_cancelled"))
     with pytest.raises(ClaimError) as refused:
-        claims.apply(replace(claim, cancellation_requested=False), op, NOW)
+        claims.apply(claim._replace(cancellation_requested=False), op, NOW)
     assert refused.value.reason == "no_cancellation"
 
 
@@ -123,7 +122,7 @@ def test_evidence_is_required(operation: str) -> None:
     row = next(r for r in TRANSITIONS if r.operation == operation)
     claim, op = satisfying(row.sources[0], row)
     with pytest.raises(ClaimError) as refused:
-        claims.apply(claim, replace(op, evidence={}), NOW)
+        claims.apply(claim, op._replace(evidence={}), NOW)
     assert refused.value.reason == "evidence_required"
 
 
@@ -132,7 +131,7 @@ def test_local_operations_must_have_stopped(operation: str) -> None:
     row = next(r for r in TRANSITIONS if r.operation == operation)
     claim, op = satisfying(row.sources[0], row)
     with pytest.raises(ClaimError) as refused:
-        claims.apply(claim, replace(op, local_operation_stopped=False), NOW)
+        claims.apply(claim, op._replace(local_operation_stopped=False), NOW)
     assert refused.value.reason == "not_stopped"
 
 
@@ -140,11 +139,11 @@ def test_local_operations_must_have_stopped(operation: str) -> None:
 def test_operation_window_is_named_and_bounded(seconds: int | None, stage: str | None) -> None:
     claim, op = satisfying(claims.CLAIMED, claims.row_for(claims.CLAIMED, "open_window"))
     with pytest.raises(ClaimError) as refused:
-        claims.apply(claim, replace(op, window_seconds=seconds, stage=stage), NOW)
+        claims.apply(claim, op._replace(window_seconds=seconds, stage=stage), NOW)
     assert refused.value.reason == "invalid_window"
 
 
 def test_window_bounds_are_inclusive() -> None:
     claim, op = satisfying(claims.CLAIMED, claims.row_for(claims.CLAIMED, "open_window"))
     for seconds in (1, 3600):
-        assert claims.apply(claim, replace(op, window_seconds=seconds), NOW).lease_until == NOW + timedelta(seconds=seconds)
+        assert claims.apply(claim, op._replace(window_seconds=seconds), NOW).lease_until == NOW + timedelta(seconds=seconds)

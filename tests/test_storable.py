@@ -21,6 +21,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from a2a_bridge import storable
 from tests.support import A2A, ServerProcess, wait_for
 
 EXAMPLES = int(os.environ.get("A2A_BRIDGE_STORABLE_EXAMPLES", "60"))
@@ -303,3 +304,33 @@ def test_every_accepted_message_is_read_back_as_stored_and_every_other_is_refuse
     round_trip()
     assert seen["stored"] >= EXAMPLES // 4 and seen["refused"] >= EXAMPLES // 10, seen
     assert "Traceback" not in log_of(served)
+
+
+def equal_reads(left: tuple[Any, bool, Any], right: tuple[Any, bool, Any]) -> bool:
+    """Two results of reading a body: the same value (NaN equal to NaN, a float never equal to an integer), the same
+    verdicts and flaw."""
+    return repr(left) == repr(right)
+
+
+mutations = st.sampled_from([
+    b"", b"NaN", b"-Infinity", b"1e400", b"9007199254740993", b"123456789012345678901234567890", b'"\\ud800"',
+    b'"\\u0000"', b"\xff", b"\xed\xa0\x80", b"[" * 40, b"]", b",", b"0.1", b"-0", b'"\\udbff\\udfff"', b"\x00",
+])
+
+
+@settings(max_examples=1500, derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nested(), st.integers(min_value=0, max_value=400), mutations)
+def test_a_body_reads_as_pythons_parser_reads_it_whichever_parser_reads_it(value: Any, at: int, mutation: bytes) -> None:
+    """`parse` (orjson where it reads as Python's parser does) gives what `read` (Python's parser, always) gives: the
+    value, whether it is unreadable and its first flaw, for generated JSON and for the same text with a number, an
+    escape or a byte spliced in."""
+    body = encoded({"params": {"message": {"metadata": {"x": value}}}}).encode()
+    for case in (body, body[:at] + mutation + body[at:]):
+        assert equal_reads(storable.parse(case), storable.read(case)), case
+
+
+@pytest.mark.parametrize("depth", [33, 500, 990, 1100, 5000])
+def test_a_deep_body_reads_as_pythons_parser_reads_it(depth: int) -> None:
+    """Past Python's recursion limit its parser gives up (unreadable) where orjson may still read: `read` decides."""
+    body = b'{"params": ' + b"[" * depth + b"]" * depth + b"}"
+    assert equal_reads(storable.parse(body), storable.read(body))
