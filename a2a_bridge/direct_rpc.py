@@ -31,14 +31,15 @@ from a2a_bridge.auth import BridgeContextBuilder
 from a2a_bridge.json_bodies import FastJSONResponse
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
 from a2a_bridge.limits import PARSED_BODY
-from a2a_bridge.proto_json import from_dict, to_dict
+from a2a_bridge.proto_json import from_dict, to_dict, to_plain_dict
 
 sdk_log = logging.getLogger(jsonrpc_dispatcher.__name__)
 """The dispatcher's logger: the direct path logs what the dispatcher would, under its name."""
 DEBUG_LOGS = (sdk_log, logging.getLogger(telemetry.__name__))
 """The loggers whose debug lines only the dispatcher writes."""
 
-Call = Callable[[RequestHandler, Any, ServerCallContext], Awaitable[dict[str, Any]]]
+Call = Callable[[RequestHandler, Any, ServerCallContext], Awaitable[tuple[dict[str, Any], bool]]]
+"""A method's result as JSON, and whether it is plain (`proto_json.to_plain_dict`: no float, no map)."""
 TaskJson = Callable[[Task], dict[str, Any]]
 """A task's JSON as `to_dict` writes it (`StoredTasks.json` makes a finished task's once)."""
 RequestId = str | int | None
@@ -46,23 +47,26 @@ RequestId = str | int | None
 
 async def send_message(
     handler: RequestHandler, params: SendMessageRequest, context: ServerCallContext
-) -> dict[str, Any]:
-    """`SendMessage` as the dispatcher's `_handle_send_message` answers it. The result is copied into a
-    `SendMessageResponse` as there: the copy decides the order of a Struct's keys (metadata, data parts)."""
+) -> tuple[dict[str, Any], bool]:
+    """`SendMessage` as the dispatcher's `_handle_send_message` answers it. The dispatcher copies the result into a
+    `SendMessageResponse`; the copy decides the order of a Struct's keys (metadata, data parts), so a result that
+    holds one is copied as there, and any other is written as it is (the same JSON)."""
     result = await handler.on_message_send(params, context)
-    if isinstance(result, Task):
-        return to_dict(SendMessageResponse(task=result))
-    return to_dict(SendMessageResponse(message=result))
+    field = "task" if isinstance(result, Task) else "message"
+    written, plain = to_plain_dict(result)
+    if plain:
+        return {field: written}, True
+    return to_dict(SendMessageResponse(**{field: result})), False
 
 
 def get_task(task_json: TaskJson) -> Call:
     """`GetTask` as the dispatcher's `_handle_get_task` answers it, the task's JSON written by `task_json`."""
 
-    async def call(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> dict[str, Any]:
+    async def call(handler: RequestHandler, params: GetTaskRequest, context: ServerCallContext) -> tuple[dict[str, Any], bool]:
         task = await handler.on_get_task(params, context)
         if not task:
             raise TaskNotFoundError
-        return task_json(task)
+        return task_json(task), False
 
     return call
 
@@ -150,10 +154,11 @@ class DirectRpc:
             context.state["method"] = method
             context.state["request_id"] = request_id
             try:
-                result = JSONRPC20Response(result=await call(self.handler, params, context), _id=request_id).data
+                written, plain = await call(self.handler, params, context)
+                result = JSONRPC20Response(result=written, _id=request_id).data
             except A2AError as e:
-                result = build_error_response(request_id, e)
-            return FastJSONResponse(result)
+                result, plain = build_error_response(request_id, e), False
+            return FastJSONResponse(result, plain)
         except A2AError as e:
             return self.dispatcher._generate_error_response(request_id, e)
         except Exception as e:  # as the dispatcher: logged, and a generic -32603

@@ -30,9 +30,9 @@ def plain(content: Any) -> bool:
     return True
 
 
-def render(content: Any) -> bytes:
-    """`JSONResponse(content).body`, faster where the content is plain."""
-    if plain(content):
+def render(content: Any, known_plain: bool = False) -> bytes:
+    """`JSONResponse(content).body`, faster where the content is plain (`known_plain`: the caller knows it is)."""
+    if known_plain or plain(content):
         try:
             return orjson.dumps(content)
         except orjson.JSONEncodeError:
@@ -41,7 +41,11 @@ def render(content: Any) -> bytes:
 
 
 class FastJSONResponse(JSONResponse):
-    """A `JSONResponse` whose body `render` writes."""
+    """A `JSONResponse` whose body `render` writes; `plain` when the caller knows the content is."""
+
+    def __init__(self, content: Any, plain: bool = False) -> None:
+        self.plain = plain
+        super().__init__(content)
 
     def render(self, content: Any) -> bytes:
-        return render(content)
+        return render(content, self.plain)

@@ -23,7 +23,8 @@ _WIDE = {
     FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64,
 }
 _CONVERTERS: dict[FieldDescriptor, tuple[str, bool, Convert | None]] = {}
-"""Per field: its JSON name, whether it is repeated, and the converter of one value (None: the value as it is)."""
+"""Per field: its JSON name, whether it is repeated, and the converter of one value (None: the value as it is;
+`_fields`: a message of the bridge's own types, converted field by field)."""
 
 
 class Unsupported(Exception):
@@ -32,21 +33,33 @@ class Unsupported(Exception):
 
 def to_dict(message: Message) -> dict[str, Any]:
     """`MessageToDict(message)` with its default options."""
+    return to_plain_dict(message)[0]
+
+
+def to_plain_dict(message: Message) -> tuple[dict[str, Any], bool]:
+    """`to_dict(message)`, and whether it is plain: written without `MessageToDict`, so it holds no float and no map
+    (a Struct's keys in the order of the message's map: a copy of the message may order them otherwise)."""
     if message.DESCRIPTOR.full_name.startswith("google.protobuf."):
-        return MessageToDict(message)
+        return MessageToDict(message), False
+    marks: list[str] = []
     try:
-        return _fields(message)
+        return _fields(message, marks), not marks
     except Unsupported:
-        return MessageToDict(message)
+        return MessageToDict(message), False
 
 
-def _fields(message: Message) -> dict[str, Any]:
+def _fields(message: Message, marks: list[str]) -> dict[str, Any]:
+    """A message's fields as JSON; the name of each field written by `MessageToDict` goes to `marks`."""
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
         name, repeated, convert = _CONVERTERS.get(field) or _converter(field)
         if convert is None:
             out[name] = list(value) if repeated else value
+        elif convert is _fields:
+            out[name] = [_fields(item, marks) for item in value] if repeated else _fields(value, marks)
         else:
+            if convert is MessageToDict:
+                marks.append(name)
             out[name] = [convert(item) for item in value] if repeated else convert(value)
     return out
 

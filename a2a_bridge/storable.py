@@ -135,9 +135,10 @@ def read(body: bytes) -> tuple[Any, bool, Flaw | None]:
 
 def _flaw(value: Any, body: bytes, marked: bool, brackets: int) -> Flaw | None:
     """The first flaw of a parsed body, walked only when it may hold one: a marked number, an escaped U+0000 or
-    surrogate, more brackets than MAX_DEPTH."""
-    surrogate = (b"\\ud" in body or b"\\uD" in body) and _SURROGATE_ESCAPE.search(body) is not None
-    strings = surrogate or b"\\u0000" in body
+    surrogate, more brackets than MAX_DEPTH. (`find`, not `in`: a bytes `in` first tries its operand as an integer,
+    and raises and clears a TypeError for any other.)"""
+    surrogate = (body.find(b"\\ud") != -1 or body.find(b"\\uD") != -1) and _SURROGATE_ESCAPE.search(body) is not None
+    strings = surrogate or body.find(b"\\u0000") != -1
     if marked or strings or brackets > MAX_DEPTH:
         return first_flaw(value, strings)
     return None

@@ -48,14 +48,15 @@ def column_json(value: Any) -> str:
     """A SQLite JSON column's text: orjson's (compact, UTF-8) where it holds the value `json.dumps` holds, else
     `json.dumps`'s (SQLAlchemy's default). orjson writes a non-finite number as null and refuses what it does not
     write natively (integers beyond 64 bits, non-string keys, lone surrogates); output with a null, and what it
-    refuses, are written by the standard library, so every value reads back as before."""
+    refuses, are written by the standard library, so every value reads back as before. (`find`, not `in`: a bytes
+    `in` first tries its operand as an integer, and raises and clears a TypeError for any other.)"""
     if value is None:
         return "null"
     try:
         text = orjson.dumps(value, option=ORJSON_NATIVE_ONLY)
     except orjson.JSONEncodeError:
         return json.dumps(value)
-    return json.dumps(value) if b"null" in text else text.decode()
+    return json.dumps(value) if text.find(b"null") != -1 else text.decode()
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """proto_json.to_dict writes exactly what json_format.MessageToDict writes, and from_dict parses as ParseDict does, for generated A2A tasks, messages and
 stream responses (hypothesis), and falls back to it where it does not convert a field itself."""
 
+import json
 from typing import Any
 
 import pytest
@@ -27,7 +28,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2a_bridge.proto_json import from_dict, timestamp_text, to_dict
+from a2a_bridge.json_bodies import plain
+from a2a_bridge.proto_json import from_dict, timestamp_text, to_dict, to_plain_dict
 
 text = st.text(max_size=12)
 json_values: st.SearchStrategy[Any] = st.recursive(
@@ -92,6 +94,41 @@ def tasks(draw: st.DrawFn) -> Task:
 def test_tasks_and_send_message_responses_are_written_as_message_to_dict_writes_them(task: Task) -> None:
     assert to_dict(task) == MessageToDict(task)
     assert to_dict(SendMessageResponse(task=task)) == MessageToDict(SendMessageResponse(task=task))
+
+
+def without_structs(task: Task) -> Task:
+    """The task with no Struct or Value anywhere: metadata cleared, data parts dropped."""
+    stripped = Task()
+    stripped.CopyFrom(task)
+    stripped.ClearField("metadata")
+    holders = [*stripped.history, *stripped.artifacts]
+    if stripped.status.HasField("message"):
+        holders.append(stripped.status.message)
+    for holder in holders:
+        holder.ClearField("metadata")
+        kept = [part for part in holder.parts if part.WhichOneof("content") != "data"]
+        del holder.parts[:]
+        holder.parts.extend(kept)
+        for part in holder.parts:
+            part.ClearField("metadata")
+    return stripped
+
+
+@settings(max_examples=300, deadline=None)
+@given(tasks())
+def test_a_plain_dict_is_the_dict_of_the_task_copied_into_a_response_with_no_float(task: Task) -> None:
+    """`to_plain_dict` says plain only when the task's dict, put in {"task": ...}, is the dict of the task copied into
+    a SendMessageResponse key for key in the same order, and holds no float; a task without Struct is plain."""
+    for case in (task, without_structs(task)):
+        written, is_plain = to_plain_dict(case)
+        assert written == MessageToDict(case)
+        if is_plain:
+            copied = MessageToDict(SendMessageResponse(task=case))
+            assert json.dumps({"task": written}) == json.dumps(copied)
+            assert plain(written)
+    assert to_plain_dict(without_structs(task))[1]
+    if task.HasField("metadata"):
+        assert not to_plain_dict(task)[1]
 
 
 @settings(max_examples=200, deadline=None)
