@@ -104,8 +104,11 @@ def wanted_notifications(task: Task, responsible_user: str) -> list[tuple[str, s
 
 def next_notifications(previous: list[Notification], task: Task, responsible_user: str, now: datetime) -> list[Notification]:
     """Notifications after a change: outstanding ones keep their `since`, new ones start now, resolved ones go."""
+    wanted = wanted_notifications(task, responsible_user)
+    if not wanted:
+        return []
     kept = {(n.kind, n.provider): n for n in previous}
-    result = [kept.get(key) or Notification(key[0], now, key[1]) for key in wanted_notifications(task, responsible_user)]
+    result = [kept.get(key) or Notification(key[0], now, key[1]) for key in wanted]
     return sorted(result, key=lambda n: n.since)
 
 
