@@ -232,3 +232,56 @@ def test_the_task_row_is_the_sdk_stores_own_mapping(task: Task, owner: str) -> N
     model = STORE._to_orm(task, owner)
     expected = {attribute.columns[0].key: getattr(model, attribute.key) for attribute in inspect(type(model)).column_attrs}
     assert task_row(task, owner) == expected
+
+
+def test_the_bytes_a_batch_binds_are_counted_as_each_value_counts() -> None:
+    """`Compiled.bytes_bound` sums the text and binary values of the sized columns: the same count whether every such
+    value is text, binary or None (counted in C) or one is not (counted one value at a time)."""
+    from sqlalchemy import insert
+    from sqlalchemy.dialects import sqlite
+
+    from a2a_bridge.ledger_batch import Compiled
+    from a2a_bridge.ledger_tables import claim_events_table, messages_table
+
+    def counted(compiled: Compiled, bound: list[list[Any]]) -> int:
+        return sum(len(values[index]) for values in bound for index in compiled._sized
+                   if isinstance(values[index], str | bytes))
+
+    messages = Compiled(insert(messages_table), messages_table, sqlite.dialect())
+    rows = [
+        {"agent": "a", "owner": "o" * 70, "message_id": "m", "fingerprint": "f" * 64, "task_id": None, "reply": r,
+         "session": 3}
+        for r in (None, "", '{"x": "é"}', "r" * 5000)
+    ]
+    bound = [messages.bind(row) for row in rows]
+    assert messages.bytes_bound(bound) == counted(messages, bound) > 5000
+    bound[0][messages._sized[0]] = 12345
+    assert messages.bytes_bound(bound) == counted(messages, bound)
+    events = Compiled(insert(claim_events_table), claim_events_table, sqlite.dialect(), ["task_id", "claim_generation", "operation", "state", "evidence", "at"])
+    rows = [{"task_id": "t", "claim_generation": 1, "operation": "claim", "state": "claimed", "evidence": {"k": "v" * 99},
+             "at": datetime.now(UTC)}]
+    bound = [events.bind(row) for row in rows]
+    assert events.bytes_bound(bound) == counted(events, bound) > 99
+
+
+def test_datetimes_are_bound_in_sqlites_own_storage_text() -> None:
+    """`datetime_text` writes a datetime as the SQLite dialect's DATETIME processor does (the wall-clock fields, no
+    offset), aware or naive, at the ends of the range, with and without microseconds; other values go to it too."""
+    from datetime import timedelta, timezone
+
+    from sqlalchemy.dialects import sqlite
+
+    from a2a_bridge.ledger_batch import datetime_text
+
+    dialect = sqlite.dialect()
+    impl = sqlite.DATETIME()
+    process = impl.bind_processor(dialect)
+    fast = datetime_text(impl, process)
+    assert fast is not None and fast is not process
+    values = [
+        datetime(2026, 12, 2, 6, 41, 40, 123456, tzinfo=UTC), datetime(2026, 12, 2, 6, 41, 40, tzinfo=UTC),
+        datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-11))),
+        datetime(999, 3, 4, 5, 6, 7, 8, tzinfo=timezone(timedelta(hours=5, minutes=30))), None,
+    ]
+    for value in values:
+        assert fast(value) == process(value), value
