@@ -11,10 +11,10 @@ SQLAlchemy's `engine.begin()` took a second trip for its commit."""
 import contextlib
 import operator
 import sqlite3
-from itertools import chain
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, LargeBinary, String, Table, and_, insert, select
@@ -137,8 +137,8 @@ EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence"
 
 def datetime_text(impl: Any, process: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
     """SQLite DATETIME's bind processor with its datetimes written by `isoformat`: the same text as its storage format
-    (the wall-clock fields: `isoformat`'s first 26 characters, before any offset) in about half the time; anything else, and every other type's processor (None
-    where it has none), by its own."""
+    (the wall-clock fields: `isoformat`'s first 26 characters, before any offset) in about half the time; anything
+    else, and every other type's processor (None where it has none), by its own."""
     if process is None or not isinstance(impl, DATETIME) or impl._storage_format != DATETIME._storage_format:
         return process
 
