@@ -9,7 +9,10 @@ from a2a_bridge.auth import route_path
 
 def under(path: str, prefixes: tuple[str, ...]) -> bool:
     """Whether a path is one of the prefixes or below one of them."""
-    return any(path == prefix or path.startswith(f"{prefix}/") for prefix in prefixes)
+    for prefix in prefixes:
+        if path.startswith(prefix) and path[len(prefix):len(prefix) + 1] in ("", "/"):
+            return True
+    return False
 
 
 class TrailingSlash:

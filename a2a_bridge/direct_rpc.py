@@ -2,7 +2,8 @@
 JSON-RPC path, answered without Starlette's routing and the SDK's dispatcher, but exactly as the dispatcher answers it
 (status, headers, body, log lines); every other request goes on, unchanged, to the agent's routes.
 
-The answer is the dispatcher's: `MessageToDict` of the result (as `proto_json.to_dict` writes it) in a `JSONRPC20Response` envelope; an A2A error of the
+The answer is the dispatcher's: `MessageToDict` of the result (as `proto_json.to_dict` writes it) in the envelope a
+`JSONRPC20Response` writes (result, id, then jsonrpc; the id checked by `accepted_id`); an A2A error of the
 handler through `build_error_response`; an error of the context builder (the `-32009` version check) or any other
 exception through `BridgeJsonRpcDispatcher._generate_error_response`. A request the dispatcher would refuse (its
 envelope, or params that do not parse) goes on before anything has run. The dispatcher's version check passes
@@ -21,7 +22,7 @@ from a2a.types import GetTaskRequest, SendMessageRequest, SendMessageResponse, T
 from a2a.utils import telemetry
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from google.protobuf.message import Message as ProtoMessage
-from jsonrpc.jsonrpc2 import JSONRPC20Request, JSONRPC20Response
+from jsonrpc.jsonrpc2 import JSONRPC20Request
 from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -78,8 +79,12 @@ def methods(task_json: TaskJson) -> dict[str, tuple[type[ProtoMessage], Call]]:
 
 def steps_aside() -> bool:
     """Whether the SDK records spans of its dispatcher (chosen when the SDK is imported) or logs at debug level."""
-    traces = telemetry.otel_installed and telemetry.otel_enabled
-    return traces or any(log.isEnabledFor(logging.DEBUG) for log in DEBUG_LOGS)
+    if telemetry.otel_installed and telemetry.otel_enabled:
+        return True
+    for log in DEBUG_LOGS:
+        if log.isEnabledFor(logging.DEBUG):
+            return True
+    return False
 
 
 def accepted_id(body: dict[str, Any]) -> tuple[bool, RequestId]:
@@ -155,7 +160,7 @@ class DirectRpc:
             context.state["request_id"] = request_id
             try:
                 written, plain = await call(self.handler, params, context)
-                result = JSONRPC20Response(result=written, _id=request_id).data
+                result = {"result": written, "id": request_id, "jsonrpc": "2.0"}
             except A2AError as e:
                 result, plain = build_error_response(request_id, e), False
             return FastJSONResponse(result, plain)

@@ -21,6 +21,7 @@ from a2a.types import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
+    Part,
     SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
@@ -62,13 +63,10 @@ DEFAULT_MEDIA_TYPES = {"text": "text/plain", "data": "application/json"}
 """The media type of a part that names none, by its content (anything else is application/octet-stream)."""
 
 
-def part_media_type(part: object) -> str:
-    """The media type a part counts as: text is text/plain and data is application/json unless it says otherwise."""
-    media_type = getattr(part, "media_type", "")
-    if media_type:
-        return media_type
-    kind = part.WhichOneof("content")  # type: ignore[attr-defined]
-    return DEFAULT_MEDIA_TYPES.get(kind or "", "application/octet-stream")
+def part_media_type(part: Part, kind: str) -> str:
+    """The media type a part of this kind of content counts as: text is text/plain and data is application/json unless
+    it says otherwise."""
+    return part.media_type or DEFAULT_MEDIA_TYPES.get(kind, "application/octet-stream")
 
 
 class BridgeRequestHandler(RequestHandler):
@@ -87,6 +85,8 @@ class BridgeRequestHandler(RequestHandler):
         self.limits = limits or Limits()
         self.webhooks = webhooks or WebhookPolicy()
         self.card = card
+        self.input_modes = frozenset(card.default_input_modes)
+        """The media types the card takes (`defaultInputModes`), read once."""
         self.extended_card = extended_card
         self.interfaces = interfaces
         self.host = host
@@ -96,30 +96,33 @@ class BridgeRequestHandler(RequestHandler):
         """Starts a message's turn: through the retry guard unless the agent turns retries off."""
 
     def _check_message(self, params: SendMessageRequest) -> None:
-        message = params.message
         if not params.HasField("message"):
             raise errors.invalid_field("message", "message is required")
-        if not message.message_id:
+        message = params.message
+        message_id = message.message_id
+        if not message_id:
             raise errors.invalid_field("message.messageId", "messageId is required")
-        if len(message.message_id) > MAX_ID:
+        if len(message_id) > MAX_ID:
             raise errors.invalid_field("message.messageId", f"messageId may have at most {MAX_ID} characters")
         if len(message.context_id) > MAX_CONTEXT_ID:
             raise errors.invalid_field("message.contextId", f"contextId may have at most {MAX_CONTEXT_ID} characters")
         if message.role != ROLE_USER:
             raise errors.invalid_field("message.role", "role must be ROLE_USER")
-        if not message.parts:
+        parts = message.parts
+        if not parts:
             raise errors.invalid_field("message.parts", "parts must hold at least one part")
-        if len(message.parts) > self.limits.max_parts:
+        if len(parts) > self.limits.max_parts:
             raise errors.invalid_field("message.parts", f"a message may hold at most {self.limits.max_parts} parts")
-        for index, part in enumerate(message.parts):
-            if part.WhichOneof("content") is None:
+        for index, part in enumerate(parts):
+            kind = part.WhichOneof("content")
+            if kind is None:
                 raise errors.invalid_field(f"message.parts[{index}]", "a part needs text, raw, url or data")
-            if len(part.text.encode("utf-8", "surrogatepass")) > self.limits.max_text_bytes:
+            if kind == "text" and len(part.text.encode("utf-8", "surrogatepass")) > self.limits.max_text_bytes:
                 raise errors.invalid_field(
                     f"message.parts[{index}].text", f"a text part may hold at most {self.limits.max_text_bytes} bytes"
                 )
-            media_type = part_media_type(part)
-            if media_type not in self.card.default_input_modes:
+            media_type = part_media_type(part, kind)
+            if media_type not in self.input_modes:
                 raise errors.content_type_not_supported(media_type)
         size = message.ByteSize()
         if size > self.limits.max_message_bytes:
@@ -127,21 +130,26 @@ class BridgeRequestHandler(RequestHandler):
                 "message", f"a message may hold at most {self.limits.max_message_bytes} bytes (max_message_bytes), "
                 f"this one {size}",
             )
-        wants_push = params.configuration.HasField("task_push_notification_config")
+        configuration = params.configuration
+        wants_push = configuration.HasField("task_push_notification_config")
         if wants_push and not self.card.capabilities.push_notifications:
             raise errors.push_not_supported()
-        self._check_history_length(params.configuration, "configuration.historyLength")
+        self._check_history_length(configuration, "configuration.historyLength")
 
     def _check_history_length(self, params: HistoryParams, name: str) -> None:
-        if params.HasField("history_length") and params.history_length < 0:
+        if not params.HasField("history_length"):
+            return
+        if params.history_length < 0:
             raise errors.invalid_field(name, "historyLength must not be negative")
-        if params.HasField("history_length") and params.history_length > self.limits.max_history:
+        if params.history_length > self.limits.max_history:
             raise errors.invalid_field(name, f"historyLength may be at most {self.limits.max_history}")
 
     def _history(self, task: Task, params: HistoryParams | None) -> Task:
         """The task with the history asked for, and never more than the history limit."""
         wanted = params.history_length if params is not None and params.HasField("history_length") else None
         cap = self.limits.max_history
+        if wanted is None and len(task.history) <= cap:
+            return task
         return apply_history_length(task, GetTaskRequest(history_length=cap if wanted is None else min(wanted, cap)))
 
     async def _check_webhook(self, config: TaskPushNotificationConfig, prefix: str) -> None:

@@ -146,6 +146,9 @@ class TaskQuery:
 
 class Ledger(Protocol):
     shared: bool
+    writes_at_once: bool
+    """Whether its writes finish without waiting for anything but a task's own locks (the memory ledger): a save
+    then starts in the caller (`eager.shielded`) rather than in a task of its own."""
     """True where several server processes may share the database (PostgreSQL)."""
 
     async def start_session(self, now: datetime) -> int: ...
@@ -231,6 +234,7 @@ class MemoryLedger:
     (interned, as `MemoryTaskStore` interns it: the sent message, the record, the keys and the task share it)."""
 
     shared = False
+    writes_at_once = True
 
     def __init__(self) -> None:
         self._records: dict[str, TaskRecord] = {}

@@ -56,8 +56,9 @@ class StreamSlots:
 
 
 def nul_in_target(scope: Scope) -> bool:
-    """Whether the request's path or query names U+0000 (as %00 or decoded)."""
-    return "\x00" in str(scope["path"]) or b"%00" in bytes(scope.get("query_string", b""))
+    """Whether the request's path or query names U+0000 (as %00 or decoded). (`find`, not `in`: a bytes `in` first
+    tries its operand as an integer, and raises and clears an error on every request.)"""
+    return "\x00" in str(scope["path"]) or bytes(scope.get("query_string", b"")).find(b"%00") >= 0
 
 
 class RequestLimits:

@@ -23,6 +23,7 @@ from a2a.utils.errors import A2AError
 from a2a_bridge import errors
 from a2a_bridge.auth import is_operator, may_see, owner_context
 from a2a_bridge.ledger import ClaimEvent, Ledger, TaskRecord
+from a2a_bridge.mailbox import Mailbox
 from a2a_bridge.states import is_interrupted, is_terminal, state_name
 from a2a_bridge.task_events import Event
 from a2a_bridge.task_status import ANONYMOUS
@@ -58,7 +59,7 @@ class Listener:
 
     turn: int | None = None
     snapshots: bool = False
-    queue: asyncio.Queue[FeedItem] = field(default_factory=asyncio.Queue)
+    queue: Mailbox[FeedItem] = field(default_factory=Mailbox)
     after: int = 0
     """The revision of the snapshot the listener started from: it gets only the events of later revisions."""
     settled_only: bool = False

@@ -3,13 +3,16 @@ both named by the specification), else ContentTypeNotSupportedError; a JSON answ
 the type the request asked for: the JSON type its Accept header prefers, else its own Content-Type, else
 `application/json`, the type the specification's binding sections (9.1, 11.1) name for responses."""
 
+from collections.abc import Iterable
+from typing import NamedTuple
+
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.utils.error_handlers import build_rest_error_payload
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_bridge import errors
-from a2a_bridge.auth import header, route_path
+from a2a_bridge.auth import route_path
 from a2a_bridge.binding_paths import under
 from a2a_bridge.rest_errors import spec_status
 
@@ -48,18 +51,53 @@ def preferred(accept: str) -> str | None:
     return best
 
 
-def answer_type(scope: Scope) -> str:
-    """The type a JSON answer to this request is labelled with."""
-    asked = preferred(header(scope, b"accept") or "")
+class Heads(NamedTuple):
+    """The request headers this module reads, each name's first value (as Starlette's `Headers` reads it)."""
+
+    accept: str | None = None
+    content_type: str | None = None
+    content_length: str | None = None
+    transfer_encoding: str | None = None
+
+
+PLACES = {b"accept": 0, b"content-type": 1, b"content-length": 2, b"transfer-encoding": 3}
+"""Each header `Heads` holds, by its place there."""
+
+
+def heads(scope: Scope) -> Heads:
+    """The headers `Heads` names, read in one pass."""
+    found: list[str | None] = [None, None, None, None]
+    for name, value in scope["headers"]:
+        at = PLACES.get(name)
+        if at is not None and found[at] is None:
+            found[at] = value.decode("latin-1")
+    return Heads(*found)
+
+
+def answer_type(scope: Scope, read: Heads | None = None) -> str:
+    """The type a JSON answer to this request is labelled with (`read`: its headers, when read already)."""
+    read = read or heads(scope)
+    asked = preferred(read.accept) if read.accept else None
     if asked is not None:
         return asked
-    sent = essence(header(scope, b"content-type") or "")
+    sent = essence(read.content_type or "")
     return sent if sent in JSON_TYPES else PLAIN_JSON
 
 
-def has_body(scope: Scope) -> bool:
-    length = header(scope, b"content-length")
-    return header(scope, b"transfer-encoding") is not None or (length is not None and length.strip() != "0")
+def has_body(read: Heads) -> bool:
+    length = read.content_length
+    return read.transfer_encoding is not None or (length is not None and length.strip() != "0")
+
+
+def relabelled(headers: Iterable[tuple[bytes, bytes]], label: bytes) -> list[tuple[bytes, bytes]]:
+    """Response headers with each JSON Content-Type labelled `label` (the same list when none differs)."""
+    listed = headers if isinstance(headers, list) else list(headers)
+    changed: list[tuple[bytes, bytes]] | None = None
+    for index, (name, value) in enumerate(listed):
+        if value != label and name.lower() == b"content-type" and essence(value.decode("latin-1")) in JSON_TYPES:
+            changed = changed or list(listed)
+            changed[index] = (name, label)
+    return listed if changed is None else changed
 
 
 class BindingMediaTypes:
@@ -75,19 +113,16 @@ class BindingMediaTypes:
         if scope["type"] != "http" or not under(route_path(scope), self.binding_paths):
             await self.app(scope, receive, send)
             return
-        label = answer_type(scope).encode()
-        sent = header(scope, b"content-type") or ""
-        if has_body(scope) and essence(sent) not in JSON_TYPES:
+        read = heads(scope)
+        label = answer_type(scope, read).encode()
+        sent = read.content_type or ""
+        if has_body(read) and essence(sent) not in JSON_TYPES:
             await self._refuse(scope, receive, send, sent)
             return
 
         async def relabel(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [
-                    (name, label if name.lower() == b"content-type" and essence(value.decode("latin-1")) in JSON_TYPES
-                     else value)
-                    for name, value in message.get("headers", [])
-                ]
+                message["headers"] = relabelled(message.get("headers", []), label)
             await send(message)
 
         await self.app(scope, receive, relabel)

@@ -163,9 +163,16 @@ def register(serve: argparse.ArgumentParser) -> None:
     )
 
 
+ACCESS_LEVELS = ("info", "debug", "trace")
+"""The `--log-level` values that show uvicorn's access lines."""
+
+
 def uvicorn_logging(args: argparse.Namespace) -> dict[str, Any]:
-    """uvicorn's own logging config, or none under --log-json so that its lines reach the JSON root handler."""
-    return {"log_config": None} if getattr(args, "log_json", False) else {}
+    """uvicorn's own logging config, or none under --log-json so that its lines reach the JSON root handler; its access
+    log only at a level that shows it (uvicorn writes access lines at info, and formats each line's client and path
+    before the logger drops it)."""
+    access = args.log_level in ACCESS_LEVELS
+    return {"log_config": None, "access_log": access} if getattr(args, "log_json", False) else {"access_log": access}
 
 
 def sdk_tracing_from_argv(argv: Sequence[str]) -> None:

@@ -46,10 +46,10 @@ class Draining:
             nonlocal started, streaming, ended
             if message["type"] == "http.response.start":
                 started = True
-                headers = message.get("headers", [])
-                streaming = any(name == b"content-type" and value.startswith(EVENT_STREAM) for name, value in headers)
-                if streaming:
-                    self.streams.add(task)
+                for name, value in message.get("headers", []):
+                    if name == b"content-type" and value.startswith(EVENT_STREAM):
+                        streaming = True
+                        self.streams.add(task)
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 ended = True
             await send(message)

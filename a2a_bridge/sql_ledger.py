@@ -88,6 +88,7 @@ class SqlLedger:
         self.health = health or StoreHealth()
         self.observe_write = observe_write
         self.shared = engine.dialect.name == "postgresql"
+        self.writes_at_once = False
         self._ready = False
         self._session = SessionConnection(engine, self._heard, self._terminated)
         self._notices: list[Notice] = []

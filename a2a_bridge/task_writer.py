@@ -13,7 +13,7 @@ from a2a.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
 
-from a2a_bridge import claims
+from a2a_bridge import claims, eager
 from a2a_bridge.auth import RESPONSIBLE_USER, store_context
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
@@ -41,8 +41,9 @@ from a2a_bridge.task_status import ANONYMOUS, next_notifications
 log = logging.getLogger(__name__)
 
 MAX_DEFERRED = 8
-"""Events an agent sends back to back without yielding that wait for one save; the next is saved at once, so a
-listener reads the first events while the agent still produces (never all of them at the end)."""
+"""Events an agent sends back to back without yielding that wait for one save; the next is saved at once, and the
+agent waits a turn of the event loop, so a listener reads the first events while the agent still produces (never all
+of them at the end: a save on the memory store finishes without waiting)."""
 FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
 CANCEL_TURN = 0
 """The turn of the events an agent reports from cancel(): it speaks for the current claim."""
@@ -183,7 +184,10 @@ class TaskWriter:
         exactly those changes (anything folded later belongs to a later revision). Returns the revision before the
         save. If the store refuses it, the record is as before and the claim events wait for the next write:
         StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
-        return await asyncio.shield(self._write(live, changes, items, snapshot(live.task)))
+        write = self._write(live, changes, items, snapshot(live.task))
+        if self.env.ledger.writes_at_once:
+            return await eager.shielded(write)
+        return await asyncio.shield(write)
 
     async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
         env = self.env
@@ -315,10 +319,13 @@ class TaskWriter:
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         live.unsaved.append((turn, event))
-        if not operations and not self.env.ledger.shared and not at_rest(event) and len(live.unsaved) < MAX_DEFERRED:
+        if operations or self.env.ledger.shared or at_rest(event):
+            await self.store_unsaved(live)
+        elif len(live.unsaved) < MAX_DEFERRED:
             self.defer(live)
         else:
             await self.store_unsaved(live)
+            await asyncio.sleep(0)
         return True
 
     def defer(self, live: LiveTask) -> None:

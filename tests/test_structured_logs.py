@@ -1,5 +1,6 @@
 """`serve --log-json`: every stderr line is one JSON object, and every line about a task carries its id, agent and
-claim generation; `serve --trace`: OpenTelemetry spans of the SDK's request handling, off without the flag."""
+claim generation; `serve --trace`: OpenTelemetry spans of the SDK's request handling, off without the flag; uvicorn's
+access lines at info and below only."""
 
 import json
 import os
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import pytest
 
 from tests.claim_support import OPERATOR, UNIT_TESTS, approve, start, start_deploys, wait_state
 from tests.support import ServerProcess, rpc, user_message, wait_for
@@ -119,3 +121,19 @@ def test_trace_exports_the_sdks_spans_and_is_off_without_it(tmp_path: Path) -> N
     assert any(name.startswith("a2a.server.routes.jsonrpc_dispatcher") for name in names), names
     assert all(span["resource"]["attributes"]["service.name"] == "a2a-bridge" for span in spans(traced))
     assert spans(plain) == []
+
+
+@pytest.mark.parametrize(("level", "access_lines"), [("info", 1), ("warning", 0)])
+def test_uvicorns_access_lines_come_at_info_and_below_only(tmp_path: Path, level: str, access_lines: int) -> None:
+    """At warning and above uvicorn's access log is off (it would format each request's client and path for nothing);
+    at info a request gets its line, as before."""
+    stderr, stdout = tmp_path / "stderr.log", tmp_path / "stdout.log"
+    server = CapturedServer("memory", stderr, stdout, ["--log-level", level])
+    server.start()
+    try:
+        assert httpx.get(f"{server.url}/healthz?access-marker", timeout=30).status_code == 200
+    finally:
+        server.stop()
+    written = stderr.read_text() + stdout.read_text()
+    lines = [line for line in written.splitlines() if "/healthz?access-marker" in line]
+    assert len(lines) == access_lines, lines
