@@ -146,10 +146,10 @@ class TaskQuery:
 
 class Ledger(Protocol):
     shared: bool
+    """True where several server processes may share the database (PostgreSQL)."""
     writes_at_once: bool
     """Whether its writes finish without waiting for anything but a task's own locks (the memory ledger): a save
     then starts in the caller (`eager.shielded`) rather than in a task of its own."""
-    """True where several server processes may share the database (PostgreSQL)."""
 
     async def start_session(self, now: datetime) -> int: ...
     async def session_alive(self, session: int) -> bool: ...
