@@ -319,12 +319,12 @@ class TaskWriter:
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         live.unsaved.append((turn, event))
-        if operations or self.env.ledger.shared or at_rest(event):
-            await self.store_unsaved(live)
-        elif len(live.unsaved) < MAX_DEFERRED:
+        deferrable = not operations and not self.env.ledger.shared and not at_rest(event)
+        if deferrable and len(live.unsaved) < MAX_DEFERRED:
             self.defer(live)
-        else:
-            await self.store_unsaved(live)
+            return True
+        await self.store_unsaved(live)
+        if deferrable:
             await asyncio.sleep(0)
         return True
 
