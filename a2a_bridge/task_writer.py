@@ -297,14 +297,15 @@ class TaskWriter:
         if is_terminal(live.task.status.state):
             log.warning("dropped an event for ended task %s", live.task.id)
             return False
-        if turn is not None and live.size() + event.ByteSize() > self.env.settings.max_task_bytes:
+        stamp_ids(live.task, event)
+        grows = event.ByteSize()
+        if turn is not None and live.size() + grows > self.env.settings.max_task_bytes:
             log.warning("task %s reached max_task_bytes (%d): its turn ends FAILED", live.task.id, self.env.settings.max_task_bytes)
             live.fenced.add(turn)
             await self.fail(live, f"{FAILED_TEXT} It reached its size limit of {self.env.settings.max_task_bytes} bytes.")
             if live.running is not None:
                 live.running.cancel()
             return False
-        stamp_ids(live.task, event)
         before = live.record.claim
         operations = self._claim_ops(live, event) if claim_ops is None else claim_ops
         try:
@@ -315,7 +316,7 @@ class TaskWriter:
             log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
             return False
         apply_event(live.task, event, self.env.clock.now())
-        live.bytes = live.size() + event.ByteSize()
+        live.bytes = live.size() + grows
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         live.unsaved.append((turn, event))

@@ -19,13 +19,9 @@ from a2a.types import (
     AgentCapabilities,
     AgentCard,
     AgentSkill,
-    Artifact,
-    Message,
-    Part,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
-    TaskStatus,
     TaskStatusUpdateEvent,
 )
 from a2a.types.a2a_pb2 import (
@@ -66,20 +62,18 @@ def stream_plan(text: str) -> tuple[int, float] | None:
 
 
 class Bench(AgentExecutor):
-    """Enqueues its Task first (the stock handler requires it), then artifacts and a final status."""
+    """Enqueues its Task first (the stock handler requires it), then artifacts and a final status. Its events are
+    filled in field by field, which protobuf does in about two thirds of the time of nested keyword arguments: the
+    benchmark times the server, not the agent."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
         if context.current_task is None:
             assert context.message is not None
-            await event_queue.enqueue_event(
-                Task(
-                    id=task_id,
-                    context_id=context_id,
-                    status=TaskStatus(state=TASK_STATE_SUBMITTED),
-                    history=[context.message],
-                )
-            )
+            task = Task(id=task_id, context_id=context_id)
+            task.status.state = TASK_STATE_SUBMITTED
+            task.history.append(context.message)
+            await event_queue.enqueue_event(task)
             text = context.get_user_input().strip()
             if text == "ask":
                 await self._status(event_queue, task_id, context_id, TASK_STATE_INPUT_REQUIRED, ASK_TEXT)
@@ -106,24 +100,20 @@ class Bench(AgentExecutor):
 
     @staticmethod
     async def _artifact(queue: EventQueue, task_id: str, context_id: str, artifact_id: str, text: str) -> None:
-        artifact = Artifact(artifact_id=artifact_id, parts=[Part(text=text)])
-        await queue.enqueue_event(
-            TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact, last_chunk=True)
-        )
+        event = TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, last_chunk=True)
+        event.artifact.artifact_id = artifact_id
+        event.artifact.parts.add(text=text)
+        await queue.enqueue_event(event)
 
     @staticmethod
     async def _status(
         queue: EventQueue, task_id: str, context_id: str, state: TaskState, text: str | None = None
     ) -> None:
-        status = TaskStatus(state=state)
+        event = TaskStatusUpdateEvent(task_id=task_id, context_id=context_id)
+        event.status.state = state
         if text is not None:
-            status.message.CopyFrom(
-                Message(
-                    message_id=str(uuid.uuid4()),
-                    role=ROLE_AGENT,
-                    task_id=task_id,
-                    context_id=context_id,
-                    parts=[Part(text=text)],
-                )
-            )
-        await queue.enqueue_event(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status))
+            message = event.status.message
+            message.message_id, message.role = str(uuid.uuid4()), ROLE_AGENT
+            message.task_id, message.context_id = task_id, context_id
+            message.parts.add(text=text)
+        await queue.enqueue_event(event)
