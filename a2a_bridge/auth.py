@@ -121,7 +121,9 @@ class BridgeContextBuilder(DefaultServerCallContextBuilder):
         headers[VERSION_HEADER] = version
         state["base_url"] = self.base_url(request, headers.get("host"))
         return ServerCallContext(
-            user=self.build_user(request), state=state, requested_extensions=get_requested_extensions(extensions)
+            user=self.build_user(request),
+            state=state,
+            requested_extensions=get_requested_extensions(extensions) if extensions else set(),
         )
 
     def base_url(self, request: Request, host: str | None = None) -> str:

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_bridge.auth import BridgeContextBuilder
-from a2a_bridge.json_bodies import FastJSONResponse
+from a2a_bridge.json_bodies import json_headers, render
 from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
 from a2a_bridge.limits import PARSED_BODY
 from a2a_bridge.proto_json import from_dict, to_dict, to_plain_dict
@@ -126,8 +126,12 @@ class DirectRpc:
             await self.app(scope, receive, send)
             return
         request_id, method, params, call = direct
-        response = await self._answer(Request(scope, receive), request_id, method, params, call)
-        await response(scope, receive, send)
+        answer = await self._answer(Request(scope, receive), request_id, method, params, call)
+        if isinstance(answer, bytes):
+            await send({"type": "http.response.start", "status": 200, "headers": json_headers(answer)})
+            await send({"type": "http.response.body", "body": answer})
+        else:
+            await answer(scope, receive, send)
 
     def _direct(self, scope: Scope) -> tuple[RequestId, str, ProtoMessage, Call] | None:
         """The id, method, parsed params and call of a request the direct path answers; None for any other."""
@@ -151,8 +155,9 @@ class DirectRpc:
 
     async def _answer(
         self, request: Request, request_id: RequestId, method: str, params: ProtoMessage, call: Call
-    ) -> JSONResponse:
-        """What the dispatcher's `handle_requests` returns, from the call context on."""
+    ) -> bytes | JSONResponse:
+        """What the dispatcher's `handle_requests` returns, from the call context on: the body of its 200 JSON answer
+        (`json_headers` are that answer's headers), or the dispatcher's own response."""
         try:
             context = self.builder.build(request)
             context.tenant = getattr(params, "tenant", "")
@@ -163,7 +168,7 @@ class DirectRpc:
                 result = {"result": written, "id": request_id, "jsonrpc": "2.0"}
             except A2AError as e:
                 result, plain = build_error_response(request_id, e), False
-            return FastJSONResponse(result, plain)
+            return render(result, plain)
         except A2AError as e:
             return self.dispatcher._generate_error_response(request_id, e)
         except Exception as e:  # as the dispatcher: logged, and a generic -32603

@@ -1,14 +1,13 @@
-"""JSON response bodies byte for byte as Starlette's `JSONResponse` writes them (compact, UTF-8, no NaN), by orjson
-where its bytes are the same: content made only of dicts with string keys (orjson refuses other keys), lists,
-strings, integers within 64 bits, booleans and null. Floats go to the standard library, as orjson writes some of
-them otherwise (1e-07 as 1e-7), and so does anything orjson refuses (a lone surrogate, a larger integer), which then
-fails or succeeds as it always did."""
+"""JSON response bodies byte for byte as Starlette's `JSONResponse` writes them (compact, UTF-8, no NaN), with its
+headers, by orjson where its bytes are the same: content made only of dicts with string keys (orjson refuses other
+keys), lists, strings, integers within 64 bits, booleans and null. Floats go to the standard library, as orjson writes
+some of them otherwise (1e-07 as 1e-7), and so does anything orjson refuses (a lone surrogate, a larger integer), which
+then fails or succeeds as it always did."""
 
 import json
 from typing import Any
 
 import orjson
-from starlette.responses import JSONResponse
 
 PLAIN = (str, int, bool, type(None))
 """The scalar types whose JSON orjson writes exactly as the standard library does (bool is an int)."""
@@ -40,12 +39,7 @@ def render(content: Any, known_plain: bool = False) -> bytes:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
 
 
-class FastJSONResponse(JSONResponse):
-    """A `JSONResponse` whose body `render` writes; `plain` when the caller knows the content is."""
-
-    def __init__(self, content: Any, plain: bool = False) -> None:
-        self.plain = plain
-        super().__init__(content)
-
-    def render(self, content: Any) -> bytes:
-        return render(content, self.plain)
+def json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers Starlette's `JSONResponse` sends with a body of status 200, in its order, without building the
+    response."""
+    return [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]

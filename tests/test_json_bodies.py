@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.responses import JSONResponse
 
-from a2a_bridge.json_bodies import plain, render
+from a2a_bridge.json_bodies import json_headers, plain, render
 
 SCALARS = st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text() | st.floats(
     allow_nan=False, allow_infinity=False
@@ -52,3 +52,9 @@ def test_the_edges_of_each_writer_render_as_starlette_renders_them(content: Any)
 def test_only_float_free_content_is_plain() -> None:
     assert plain({"a": [1, "b", None, True, {"c": []}]})
     assert not plain({"a": [1.5]}) and not plain(("tuple",))
+
+
+@pytest.mark.parametrize("content", [{"result": {"task": {"id": "t-1"}}, "id": 1, "jsonrpc": "2.0"}, {"é": "ü" * 300}])
+def test_json_headers_are_the_headers_starlette_sends(content: Any) -> None:
+    response = JSONResponse(content)
+    assert json_headers(render(content)) == response.raw_headers
