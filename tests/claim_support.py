@@ -5,6 +5,7 @@ import base64
 import json
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,11 @@ def stored_claim_view(server: ServerProcess, agent: str, task_id: str) -> dict[s
         return view if view["events"] and view["events"][-1]["state"] == view["state"] else None
 
     return wait_for(caught_up, what=f"the claim events of {agent} task {task_id} to be stored")
+
+
+def parse_iso(text: str) -> datetime:
+    """A time of the claim view (ISO 8601 with Z) as an aware datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def operations(view: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from tests.claim_support import (
     approve,
     claim_view,
     operations,
+    parse_iso,
     rolling_out,
     start,
     start_deploys,
@@ -22,7 +23,7 @@ from tests.claim_support import (
 from tests.support import ServerProcess, user_message, wait_for
 
 SHORT_LEASE = 1.5
-"""Seconds of a claim's lease in the renewal test: the full suite's turn (8 steps of 0.5 s) lasts more than two."""
+"""Seconds of a claim's lease in the renewal test: the full suite's turn (8 steps of 0.5 s) outlasts two leases."""
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def test_a_rollout_runs_under_a_named_operation_window(slow_deployer: ServerProc
         what="the operation window",
     )
     assert view["state"] == "claimed"
-    lease_until = datetime.fromisoformat(view["lease_until"].replace("Z", "+00:00"))
+    lease_until = parse_iso(view["lease_until"])
     left = lease_until - datetime.now(UTC)
     assert timedelta(seconds=ROLLOUT_WINDOW_SECONDS - 30) < left <= timedelta(seconds=ROLLOUT_WINDOW_SECONDS)
     window = [e for e in view["events"] if e["operation"] == "open_window"]
@@ -61,7 +62,7 @@ def test_a_turn_longer_than_its_lease_renews_it_while_it_runs(tmp_path: Path) ->
             return view if view["state"] == "claimed" and operations(view).count("renew") >= 2 else None
 
         view = wait_for(renewed, timeout=30, what="the running turn to renew its lease twice")
-        lease_until = datetime.fromisoformat(view["lease_until"].replace("Z", "+00:00"))
+        lease_until = parse_iso(view["lease_until"])
         assert lease_until > datetime.now(UTC), "a renewed lease reaches past now"
         wait_state(server, "test-runner", task["id"], "TASK_STATE_COMPLETED")
         view = claim_view(server, "test-runner", task["id"], headers={})

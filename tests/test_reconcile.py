@@ -20,6 +20,7 @@ from tests.claim_support import (
     claim_view,
     get_task,
     operations,
+    parse_iso,
     reconcile,
     review_message,
     rollouts,
@@ -213,10 +214,6 @@ def test_a_deploy_waiting_for_approval_at_the_crash_still_waits_and_completes(cr
     assert refused.status_code == 409
     assert refused.json()["error"]["reason"] == "terminal"
     assert rollouts(crashed.ledger)[task_id] == 1
-
-
-def parse_iso(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def test_claim_generations_increase_per_turn(server: ServerProcess) -> None:
