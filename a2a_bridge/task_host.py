@@ -167,7 +167,7 @@ class TaskHost:
         return found if may_see(found[1].owner, found[1].responsible_user, context) else None
 
     async def task_and_record(self, task_id: str, context: ServerCallContext) -> tuple[Task, TaskRecord] | None:
-        """The task and its record, if the caller may see it."""
+        """The task and its record of one revision, if the caller may see it."""
         held = self.table.held(task_id)
         if held is not None and may_see(held[1].owner, held[1].responsible_user, context):
             return snapshot(held[0]), held[1].copy()
@@ -175,12 +175,10 @@ class TaskHost:
         if found is not None:
             return snapshot(found[0]), found[1].copy()
         since = self.finished.epoch()
-        record = await self.ledger.get(task_id)
-        if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
+        stored = await self.read(task_id, context)
+        if stored is None:
             return None
-        task = await self.store.get(task_id, owner_context(record.owner))
-        if task is None:
-            return None
+        record, task = stored
         self.finished.keep(task, record, since)
         return snapshot(task), record.copy()
 

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
@@ -36,11 +37,25 @@ def disk_error() -> OperationalError:
 
 
 class FaultyLedger(MemoryLedger):
-    """The memory ledger, with the faults a test turns on: a store that is down, and content it cannot hold."""
+    """The memory ledger, with the faults a test turns on: a store that is down, content it cannot hold, and a write
+    that lands between a reader's read of a record and its read of the task."""
 
     def __init__(self) -> None:
         super().__init__()
         self.down = False
+        self.overtaken: tuple[str, threading.Event] | None = None
+        """(task id, gate): the next read of that task's record returns only once the test opens the gate."""
+        self.reading = threading.Event()
+        """Set when that read has the record and waits."""
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        record = await super().get(task_id)
+        if self.overtaken is not None and self.overtaken[0] == task_id:
+            gate = self.overtaken[1]
+            self.overtaken = None
+            self.reading.set()
+            await asyncio.to_thread(gate.wait, 10)
+        return record
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
@@ -117,6 +132,7 @@ class Served:
     url: str
     ledger: FaultyLedger
     agent: Parking
+    bridge: Bridge
 
 
 @pytest.fixture
@@ -127,7 +143,7 @@ def served() -> Iterator[Served]:
         settings=HostSettings(store_grace=0.3),
     )
     with serve_in_thread(bridge.app()) as base:
-        yield Served(f"{base}/parking", ledger, agent)
+        yield Served(f"{base}/parking", ledger, agent, bridge)
         ledger.down = False
         agent.release.set()
 
@@ -204,3 +220,33 @@ def test_a_first_message_while_the_store_is_down_is_refused_and_may_be_sent_agai
     assert refused["error"]["code"] == -32603 and "store unavailable" in refused["error"]["message"], refused
     served.ledger.down = False
     assert send(served, "start", "first-down")["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+def status_view(served: Served, task_id: str) -> tuple[str, int]:
+    """The phase and the revision of a task's status view."""
+    response = httpx.get(f"{served.url}/tasks/{task_id}/status", timeout=30)
+    assert response.status_code == 200, response.text
+    status = response.json()["status"]
+    return status["phase"], int(status["revision"])
+
+
+def test_a_status_read_that_a_write_overtakes_shows_one_revision(served: Served) -> None:
+    """A status read of a task no turn holds reads its record, then the task: a follow-up's writes landing between the
+    two must not show the new task under the old record's revision (a terminal phase at the idle revision, which a
+    poll holding that revision's ETag would be told is unchanged)."""
+    task_id = parked(served, "overtaken-1")
+    idle = status_view(served, task_id)
+    assert idle[0] == "idle"
+    wait_for(lambda: task_id not in served.bridge.agents["parking"].host.table.live, what="the parked task to be let go")
+    gate = threading.Event()
+    served.ledger.overtaken = (task_id, gate)
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(status_view, served, task_id)
+        assert served.ledger.reading.wait(10), "the status read did not read the stored record"
+        done = send(served, "finish", "overtaken-2", task_id)["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        gate.set()
+        seen = reading.result(timeout=30)
+    final = status_view(served, task_id)
+    assert final[0] == "terminal" and final[1] > idle[1]
+    assert seen == final, f"the read showed phase {seen[0]} at revision {seen[1]}; that revision is {idle}"
