@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
+from mypy_extensions import mypyc_attr
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
 from a2a.types import Task
@@ -227,6 +228,7 @@ def event_lines(events: list[ClaimEvent]) -> list[tuple[str, bytes]]:
     return [(sys.intern(event.task_id), event.packed()) for event in events]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MemoryLedger:
     """The ledger for `--store memory`: the same contract, in dictionaries, kept small (issue 18: the memory store's
     RSS per finished task at most the stock SDK's): a task's claim events as JSON lines, the claims of ended tasks

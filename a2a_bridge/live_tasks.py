@@ -4,7 +4,7 @@ and the table of those tasks (`TaskTable`: acquire, release, evict)."""
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
@@ -50,7 +50,7 @@ class Refused(NamedTuple):
     error: A2AError
 
 
-FeedItem = Event | TurnEnded | TurnFailed | Refused
+FeedItem: TypeAlias = Event | TurnEnded | TurnFailed | Refused
 
 
 @dataclass(eq=False, slots=True)

@@ -12,7 +12,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.message import Message
 
-Convert = Callable[[Any], Any]
+Convert = Callable[..., Any]
 
 _PLAIN = {
     FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_UINT32,
@@ -161,7 +161,7 @@ _PLANS: dict[Descriptor, Plan | None] = {}
 """Each message type's plan, made on first use; None for the well-known types, which `ParseDict` reads."""
 
 
-def from_dict(value: dict[str, Any], message: Message) -> Message:
+def from_dict(value: Any, message: Message) -> Message:
     """`ParseDict(value, message, ignore_unknown_fields=True)`, parsed here where the JSON is plain (fields by their
     JSON names, strings, booleans, 32-bit integers, enum names, objects and lists; no nulls, no member of a oneof
     set twice) and by `ParseDict` otherwise, so the result and every error are `ParseDict`'s."""

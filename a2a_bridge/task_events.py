@@ -1,6 +1,7 @@
 """Pure rules for folding an agent's events into a Task, as the kit's server does."""
 
 from datetime import UTC, datetime
+from typing import TypeAlias
 
 from a2a.types import (
     Message,
@@ -15,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from a2a_bridge.states import is_terminal
 
-Event = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+Event: TypeAlias = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -1,8 +1,8 @@
 """The Common Agent Specification's Task Status: the coarse view polling consumers read, projected from a task."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from a2a.types import AgentExtension, Task
 from a2a.types.a2a_pb2 import TASK_STATE_AUTH_REQUIRED
@@ -88,6 +88,7 @@ def _plain(value: Any) -> Any:
 def wanted_notifications(task: Task, responsible_user: str) -> list[tuple[str, str | None]]:
     """(kind, provider) pairs the responsible user must act on; everyone else's actions raise nothing."""
     wanted: list[tuple[str, str | None]] = []
+    key: tuple[str, str | None]
     for request in action_requests(task):
         if request.actor != "user" or (request.user or responsible_user) != responsible_user:
             continue
@@ -112,17 +113,16 @@ def next_notifications(previous: list[Notification], task: Task, responsible_use
     return sorted(result, key=lambda n: n.since)
 
 
-@dataclass
-class StatusRecord:
-    """What the bridge keeps per task beside the A2A task to answer the status view."""
+class StatusRecord(Protocol):
+    """What the status view reads of the bridge's record of a task (`ledger.TaskRecord`)."""
 
     task_id: str
     agent: str
     responsible_user: str
     created_at: datetime
-    revision: int = 0
-    notifications: list[Notification] = field(default_factory=list)
-    idle_expires_at: datetime | None = None
+    revision: int
+    notifications: list[Notification]
+    idle_expires_at: datetime | None
 
 
 def status_object(task: Task, record: StatusRecord) -> dict[str, Any]:
