@@ -40,5 +40,5 @@ bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare e
 bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min)
 	$(BIN)/python -m bench.run --quick --no-write $(BENCH_ARGS)
 
-clean: ## remove the virtualenv, caches and the default database
-	rm -rf $(VENV) build .pytest_cache a2a-bridge.db *.egg-info .tck
+clean: ## remove the virtualenv, the compiled modules, caches and the default database
+	rm -rf $(VENV) build a2a_bridge/*.so .pytest_cache a2a-bridge.db *.egg-info .tck
