@@ -160,7 +160,9 @@ class Ledger(Protocol):
     def changed(self) -> asyncio.Event: ...
     async def close(self) -> None: ...
     async def get(self, task_id: str) -> TaskRecord | None: ...
-    async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None: ...
+    async def read(
+        self, task_id: str, store: TaskStore, owner: ServerCallContext, record: TaskRecord | None = None
+    ) -> tuple[TaskRecord, Task] | None: ...
     async def recent(self, limit: int, query: TaskQuery = TaskQuery()) -> list[TaskRecord]: ...
     async def state_counts(self) -> dict[tuple[str, str], int]: ...
     async def save(
@@ -202,20 +204,23 @@ def rewrites_end(stored: TaskRecord, written: TaskRecord) -> bool:
 
 
 async def read_consistently(
-    get: Callable[[str], Any], store: TaskStore, task_id: str, owner: ServerCallContext
+    get: Callable[[str], Any], store: TaskStore, task_id: str, owner: ServerCallContext, record: TaskRecord | None = None
 ) -> tuple[TaskRecord, Task] | None:
     """The record and the task of one revision: record, task, record again, until the revision did not move between
-    the two record reads (both are written in one transaction, and every save moves the revision)."""
+    the two record reads (both are written in one transaction, and every save moves the revision). `record`: the
+    record the caller has just read, which stands for the first read."""
     while True:
-        record = await get(task_id)
         if record is None:
-            return None
+            record = await get(task_id)
+            if record is None:
+                return None
         task = await store.get(task_id, owner)
         again = await get(task_id)
         if task is None or again is None:
             return None
         if again.revision == record.revision:
             return again, task
+        record = again
 
 
 def interned(task_id: str | None) -> str | None:
@@ -272,8 +277,10 @@ class MemoryLedger:
     async def close(self) -> None:
         return None
 
-    async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None:
-        return await read_consistently(self.get, store, task_id, owner)
+    async def read(
+        self, task_id: str, store: TaskStore, owner: ServerCallContext, record: TaskRecord | None = None
+    ) -> tuple[TaskRecord, Task] | None:
+        return await read_consistently(self.get, store, task_id, owner, record)
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],

@@ -169,9 +169,11 @@ class SqlLedger:
             row = (await conn.execute(_RECORD, {"task_id": task_id})).first()
         return record_of(row) if row is not None else None
 
-    async def read(self, task_id: str, store: TaskStore, owner: ServerCallContext) -> tuple[TaskRecord, Task] | None:
-        """The record and the task of one revision."""
-        return await read_consistently(self.get, store, task_id, owner)
+    async def read(
+        self, task_id: str, store: TaskStore, owner: ServerCallContext, record: TaskRecord | None = None
+    ) -> tuple[TaskRecord, Task] | None:
+        """The record and the task of one revision (`record`: one just read, standing for the first read)."""
+        return await read_consistently(self.get, store, task_id, owner, record)
 
     async def recent(self, limit: int, query: TaskQuery = TaskQuery()) -> list[TaskRecord]:
         """At most `limit` records the query holds, the most recently created first."""

@@ -183,11 +183,12 @@ class TaskHost:
         return snapshot(task), record.copy()
 
     async def read(self, task_id: str, context: ServerCallContext) -> tuple[TaskRecord, Task] | None:
-        """The stored record and task of one revision, if the caller may see the task."""
+        """The stored record and task of one revision, if the caller may see the task (the record read for that check
+        is the consistent read's first)."""
         record = await self.ledger.get(task_id)
         if record is None or record.agent != self.agent or not may_see(record.owner, record.responsible_user, context):
             return None
-        return await self.ledger.read(task_id, self.store, owner_context(record.owner))
+        return await self.ledger.read(task_id, self.store, owner_context(record.owner), record)
 
     async def stored_record(self, task_id: str, caller: str) -> TaskRecord | None:
         """The record as last stored (not a copy: read only), if the caller (a principal name, '' for anonymous) may
