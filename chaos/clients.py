@@ -15,7 +15,7 @@ from httpx_sse import SSEError, aconnect_sse
 
 from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
 from chaos.cluster import OPERATOR_TOKEN, Replica
-from chaos.history import TERMINAL_STATES, History, Message, Observation, Operation, now
+from chaos.history import TERMINAL_STATES, WAITING_STATES, History, Message, Observation, Operation, now
 
 A2A = {"A2A-Version": "1.0"}
 AUTH = {"deployer": {"Authorization": f"Bearer {DEPLOYER_TOKEN}"}}
@@ -188,7 +188,7 @@ class Client:
                 op.outcome, op.detail = type(failure).__name__, str(failure)[:200]
             op.completed = now()
             self.history.operation(op)
-            if last in TERMINAL_STATES or op.outcome not in ("ok", "-32603") or now() > deadline:
+            if not stream_broken(op.outcome, last) or now() > deadline:
                 return
             await asyncio.sleep(self.rng.uniform(0.2, 0.5))
 
@@ -196,7 +196,8 @@ class Client:
         await self.call(agent, "CancelTask", {"id": task_id}, first=self.pick(avoid))
 
     async def approve(self, task_id: str) -> None:
-        """POST /deployer/approve/{id} with the operator's token, retried on transport errors and 5xx."""
+        """POST /deployer/approve/{id} with the operator's token, retried on transport errors and 5xx, and on 409 while
+        the task still waits for approval (a replica that has not seen it wait yet)."""
         deadline = now() + CALL_DEADLINE
         for _ in range(MAX_ATTEMPTS):
             replica = self.pick()
@@ -210,7 +211,11 @@ class Client:
                 op.outcome, op.detail = type(failure).__name__, str(failure)[:200]
             op.completed = now()
             self.history.operation(op)
-            if op.outcome == "ok" or op.outcome.startswith("http 4") or now() > deadline:
+            if op.outcome == "ok" or now() > deadline:
+                return
+            if op.outcome == "http 409" and await self.get("deployer", task_id) != "TASK_STATE_AUTH_REQUIRED":
+                return
+            if op.outcome.startswith("http 4") and op.outcome != "http 409":
                 return
             await asyncio.sleep(self.rng.uniform(0.2, 0.5))
 
@@ -272,6 +277,14 @@ class Client:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SCENARIO_DEADLINE):
                     await scenario()
+
+
+def stream_broken(outcome: str, last: str) -> bool:
+    """Whether a subscription should be made again: it broke (a transport error, an internal error) or ended before
+    the task ended or came to wait for someone."""
+    if outcome == "ok":
+        return last not in TERMINAL_STATES | WAITING_STATES
+    return outcome == "-32603" or not outcome.lstrip("-").isdigit()
 
 
 async def run_clients(
