@@ -238,9 +238,6 @@ class Cluster:
     def ledger(self) -> Path:
         return self.workdir / "deploys.jsonl"
 
-    def replica(self, name: str) -> Replica:
-        return next(r for r in self.replicas if r.name == name)
-
 
 def skews(count: int, skew: int) -> list[int]:
     """Replica 1 on time, replica 2 at +skew, replica 3 at -skew, the rest on time."""
