@@ -96,8 +96,18 @@ def test_an_unreachable_postgresql_is_one_line_without_its_password() -> None:
 
 
 @pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A free port, held by a listening socket during the test."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.fixture
 def taken_kit_port() -> Iterator[int]:
-    """code-reviewer's kit port, held by a listening socket (or already taken by another process)."""
+    """code-reviewer's kit port, held by a listening socket during the test, or already taken by another process (a
+    `make run ARGS=--kit-ports` beside the tests), which takes it as well: the one fixed port a test binds."""
     port = KIT_PORTS["code-reviewer"]
     holder = socket.socket()
     try:
@@ -112,31 +122,32 @@ def taken_kit_port() -> Iterator[int]:
 
 
 def test_a_taken_kit_port_is_one_line(taken_kit_port: int) -> None:
-    done = a2a_bridge("serve", "--port", str(free_port()), "--store", "memory", "--kit-ports")
+    """Only code-reviewer is served, so that no other kit port is tried."""
+    done = a2a_bridge("serve", "--port", str(free_port()), "--store", "memory", "--agent", "code-reviewer", "--kit-ports")
     line = one_line_exit_2(done)
-    assert line.startswith("a2a-bridge serve: cannot listen on 127.0.0.1:"), line
-    assert line.endswith("kit port): Address already in use"), line
+    assert line == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_kit_port} (code-reviewer's kit port): Address already in use"
 
 
-def test_a_taken_port_is_one_line(taken_kit_port: int) -> None:
-    line = one_line_exit_2(a2a_bridge("serve", "--port", str(taken_kit_port), "--store", "memory"))
-    assert line == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_kit_port} (--port): Address already in use"
+def test_a_taken_port_is_one_line(taken_port: int) -> None:
+    line = one_line_exit_2(a2a_bridge("serve", "--port", str(taken_port), "--store", "memory"))
+    assert line == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_port} (--port): Address already in use"
 
 
-def test_grpc_ports_that_cannot_be_had_are_one_line(taken_kit_port: int) -> None:
+def test_grpc_ports_that_cannot_be_had_are_one_line(taken_port: int) -> None:
+    """Every agent's gRPC port is counted before any is tried, so the one past 65535 is told without binding 65534."""
     port = free_port()
     line = one_line_exit_2(a2a_bridge("serve", "--store", "memory", "--port", str(port), "--grpc-port", str(port)))
     assert line == f"a2a-bridge serve: --grpc-port: one port per agent from it on takes {port}, an HTTP port"
     past = one_line_exit_2(a2a_bridge("serve", "--store", "memory", "--port", str(port), "--grpc-port", "65534"))
     assert past == "a2a-bridge serve: --grpc-port: one port per agent from it on passes 65535 (65536)"
     taken = one_line_exit_2(
-        a2a_bridge("serve", "--store", "memory", "--port", str(port), "--grpc-port", str(taken_kit_port - 1))
+        a2a_bridge("serve", "--store", "memory", "--port", str(port), "--agent", "code-reviewer", "--grpc-port", str(taken_port))
     )
-    assert taken == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_kit_port} (code-reviewer's gRPC port): Address already in use"
+    assert taken == f"a2a-bridge serve: cannot listen on 127.0.0.1:{taken_port} (code-reviewer's gRPC port): Address already in use"
 
 
 def test_an_unknown_host_is_one_line() -> None:
-    line = one_line_exit_2(a2a_bridge("serve", "--host", "no-such-host.invalid", "--store", "memory"))
+    line = one_line_exit_2(a2a_bridge("serve", "--host", "no-such-host.invalid", "--port", str(free_port()), "--store", "memory"))
     assert line.startswith("a2a-bridge serve: cannot listen on no-such-host.invalid (--port): "), line
 
 
