@@ -12,6 +12,13 @@ TAKEN = "kit port): Address already in use"
 """The end of the line `serve` stops with when a kit port is held."""
 
 
+def skip_if_a_kit_port_was_taken(log: Path) -> None:
+    """Skip the test, naming the port, if the server's output in `log` says another process holds a kit port."""
+    taken = [line for line in log.read_text().splitlines() if line.endswith(TAKEN)]
+    if taken:
+        pytest.skip(f"a kit port is held by another process: {taken[0]}")
+
+
 def serve_on_kit_ports(store: str, agents: list[str], log: Path, env: dict[str, str] | None = None) -> ServerProcess:
     """A started server of `agents` on a free port and on their kit ports, or the test skipped naming the kit port
     another process holds; its output goes to `log`."""
@@ -22,7 +29,5 @@ def serve_on_kit_ports(store: str, agents: list[str], log: Path, env: dict[str, 
         return process.start()
     except AssertionError:
         process.stop()
-        taken = [line for line in log.read_text().splitlines() if line.endswith(TAKEN)]
-        if taken:
-            pytest.skip(f"a kit port is held by another process: {taken[0]}")
+        skip_if_a_kit_port_was_taken(log)
         raise
