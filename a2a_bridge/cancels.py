@@ -26,7 +26,7 @@ from a2a_bridge.live_tasks import (
     status_event_for,
 )
 from a2a_bridge.observability import about_task, left_task
-from a2a_bridge.states import is_terminal
+from a2a_bridge.states import ENDED_BY_CLAIM, is_terminal
 from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
 from a2a_bridge.turn_execution import BridgeRequestContext, TurnQueue
@@ -104,6 +104,9 @@ class Canceller:
     async def _end(self, live: LiveTask, context: ServerCallContext, request_stored: bool) -> None:
         """One attempt at the cancel on the task as this process holds it (Fenced when another writer changed it
         first: the caller reads it again and tries once more)."""
+        if live.record.claim.state in claims.TERMINAL:
+            await self._end_as_claimed(live)
+            return
         if live.record.claim.state != claims.NEEDS_RECONCILIATION:
             await self._stop_turn(live, context, request_stored)
             return
@@ -116,6 +119,15 @@ class Canceller:
         self.writer.post(live, Op("reconcile_cancelled", local_operation_stopped=True), evidence)
         canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, canceled_text(context), self.env.new_id())
         if not await self.writer.apply(live, None, status_event_for(live.task, canceled), claim_ops=()):
+            raise Fenced(live.task.id)
+
+    async def _end_as_claimed(self, live: LiveTask) -> None:
+        """A task whose claim has ended while the task itself was never told (a store left so by a writer that was not
+        fenced, before fencing): the task ends in the state its claim names, which is what happened."""
+        state = TaskState.Value(ENDED_BY_CLAIM[live.record.claim.state])
+        log.warning("task %s: its claim ended %s but the task had not; it ends so now", live.task.id, live.record.claim.state)
+        ended = agent_status(live.task, state, "Ended as its claim records it.", self.env.new_id())
+        if not await self.writer.apply(live, None, status_event_for(live.task, ended), claim_ops=()):
             raise Fenced(live.task.id)
 
     async def _stop_turn(self, live: LiveTask, context: ServerCallContext, request_stored: bool) -> None:

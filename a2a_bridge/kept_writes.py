@@ -74,6 +74,7 @@ class KeptWrites:
         or an operator acted. Drop what this process folded since, stop its turn (one log line, no error to anyone),
         take the task as stored, and hand its callers on: to the turn that now holds it, else the task as stored."""
         held = live.record.claim
+        stopping = live.running_turn is not None and live.running_turn not in live.fenced
         live.unsaved.clear()
         live.claim_log.clear()
         if live.running_turn is not None:
@@ -84,11 +85,12 @@ class KeptWrites:
             live.record, live.task = found
             live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
         stored = live.record.claim
-        log.warning(
+        log.log(
+            logging.WARNING if stopping else logging.INFO,
             "task %s was written elsewhere (stored claim: generation %s of session %s, %s; this process held "
-            "generation %s of session %s): this process's turn of it stops",
+            "generation %s of session %s)%s",
             live.task.id, stored.claim_generation, stored.session_generation, stored.state, held.claim_generation,
-            held.session_generation,
+            held.session_generation, ": this process's turn of it stops" if stopping else "",
         )
         listeners, live.listeners = live.listeners, []
         handing_on = env.ledger.shared and not is_terminal(live.task.status.state) and self.writer.join_winner is not None

@@ -117,7 +117,6 @@ class ReplicaLink:
                     return task
             elif stored is not None and stored.claim.state in HELD and not self.held_elsewhere(stored.claim):
                 await self._recover_claim(stored)
-                continue
             await until(changed, SAFETY_NET)
         task = await env.store.get(task_id, owner)
         if task is None:

@@ -330,7 +330,7 @@ class TaskWriter:
             return False
         claim = live.record.claim
         if turn is not None and turn in live.fenced:
-            log.warning("dropped an event of fenced turn %s of task %s", turn, live.task.id)
+            log.debug("dropped an event of fenced turn %s of task %s", turn, live.task.id)
             return False
         if turn not in (None, CANCEL_TURN) and (turn != claim.claim_generation or claim.session_generation != self.env.session):
             log.warning("dropped an event of stale claim %s of task %s (current %s)", turn, live.task.id, claim.claim_generation)

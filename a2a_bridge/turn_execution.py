@@ -139,9 +139,10 @@ class TurnExecution:
         try:
             self.writer.post(live, Op("renew", session=self.env.session), {"renewed_by": "bridge"})
         except ClaimError as refused:
-            log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
             if refused.reason == "lease_expired":
                 await self.writer.kept.fenced(live)
+            else:
+                log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
             return False
         return await self.writer.store_claim(live)
 
