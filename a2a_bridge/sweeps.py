@@ -10,9 +10,9 @@ from google.protobuf.json_format import ParseDict
 
 from a2a_bridge import claims, errors
 from a2a_bridge.auth import owner_context
-from a2a_bridge.claims import Op
+from a2a_bridge.claims import ClaimError, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import TaskRecord
+from a2a_bridge.ledger import Fenced, TaskRecord
 from a2a_bridge.live_tasks import CANCELED_TEXT, LiveTask, TaskTable, agent_status, status_event_for
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.task_status import WHO_MUST_ACT
@@ -102,13 +102,14 @@ class Sweeps:
         live = await self.table.acquire(task_id, owner_context(record.owner))
         scope = about_task(env.agent, task_id, lambda: live.record.claim.claim_generation, f"reconcile: {outcome}")
         try:
+            await writer.refresh(live)
             operation = f"reconcile_{outcome}"
             if outcome == "continue":
                 check = Op(operation, session=env.session, evidence=evidence, local_operation_stopped=True)
                 claims.apply(live.record.claim, check, env.clock.now(), env.settings.lease)
                 await self.runner.resume_turn(task_id, live.owner, live.record.signal, operation, evidence, background=True)
                 return live.record.copy()
-            writer.post(live, Op(operation, local_operation_stopped=True), evidence)
+            target = writer.post(live, Op(operation, local_operation_stopped=True), evidence)
             note = str(evidence.get("note") or "no note")
             if outcome == "completed":
                 done = agent_status(live.task, TaskState.TASK_STATE_COMPLETED, f"Reconciled by an operator: {note}", env.new_id())
@@ -117,7 +118,12 @@ class Sweeps:
                 done = agent_status(live.task, TaskState.TASK_STATE_CANCELED, f"Canceled by an operator: {note}", env.new_id())
                 await writer.apply(live, None, status_event_for(live.task, done), claim_ops=())
             else:
-                await writer.put_record(live)
+                try:
+                    await writer.put_record(live)
+                except Fenced:
+                    await writer.kept.fenced(live)
+            if live.record.claim != target:
+                raise ClaimError("fenced", "another writer changed the task first: nothing was reconciled; read it again")
             return live.record.copy()
         finally:
             self.table.release(live)
