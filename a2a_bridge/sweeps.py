@@ -178,8 +178,9 @@ class Sweeps:
             return
         live = await self.table.acquire(task_id, owner_context(record.owner))
         try:
+            await self.writer.refresh(live)
             deadline = live.record.idle_expires_at
-            if deadline is None or deadline > env.clock.now():
+            if deadline is None or deadline > env.clock.now() or self.runner.held_elsewhere(live.record.claim):
                 return
             if live.running is not None or live.turn_lock.locked():
                 env.deadlines.setdefault(task_id, deadline)  # input is starting a turn; look again at the next sweep
