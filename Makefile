@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The modules setup.py compiles: a change to one reinstalls, so that its extension is never older than its source.
 COMPILED := $(shell sed -n '/^COMPILED = \[/,/^\]/p' setup.py | grep -o '"[a-z_]*"' | tr -d '"')
 
-.PHONY: help run test tck bench bench-quick bench-setup clean
+.PHONY: help run test tck bench bench-quick bench-setup chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare e
 
 bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min)
 	$(BIN)/python -m bench.run --quick --no-write $(BENCH_ARGS)
+
+chaos: $(STAMP) ## Jepsen-style nemesis run: 3 replicas on a PostgreSQL of their own under kills, pauses, restarts and clock skew (~4 min; docs/chaos.md)
+	$(BIN)/python -m chaos.run $(CHAOS_ARGS)
 
 clean: ## remove the virtualenv, the compiled modules, caches and the default database
 	rm -rf $(VENV) build a2a_bridge/*.so .pytest_cache a2a-bridge.db *.egg-info .tck

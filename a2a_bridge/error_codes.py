@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from a2a.utils.errors import A2A_ERROR_REASONS, A2AError
 
+from a2a_bridge.store_faults import StoreUnavailable
+
 
 @dataclass(frozen=True)
 class ErrorCodes:
@@ -30,7 +32,15 @@ SPEC_TABLE: dict[str, ErrorCodes] = {
 """Reason (google.rpc.ErrorInfo) to the codes of the specification's table, for the nine A2A-specific errors."""
 
 
+STORE_UNAVAILABLE = ErrorCodes(-32603, "UNAVAILABLE", 503)
+"""The bridge's "store unavailable" (`store_faults.StoreUnavailable`): an internal error on JSON-RPC, and on the other
+bindings the status that tells a client to try again later, as the bridge's own endpoints answer it."""
+
+
 def codes_for(error: A2AError) -> ErrorCodes | None:
-    """The table's codes for an A2A-specific error; None for the generic JSON-RPC ones (invalid params, internal...)."""
+    """The table's codes for an A2A-specific error and for "store unavailable"; None for the generic JSON-RPC ones
+    (invalid params, internal...)."""
+    if isinstance(error, StoreUnavailable):
+        return STORE_UNAVAILABLE
     reason = A2A_ERROR_REASONS.get(type(error))
     return SPEC_TABLE.get(reason) if reason is not None else None

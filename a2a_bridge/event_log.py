@@ -2,20 +2,26 @@
 follow it (SubscribeToTask streams, retries joined to a turn that runs on another replica). Each event is logged under
 the revision it produced, in the transaction of its save; a listener gets exactly the events after the revision of the
 snapshot it started from. The reader wakes at the task's change (a NOTIFY from the replica that wrote it) and reads
-anyway every `SAFETY_NET` seconds."""
+anyway every `SAFETY_NET` seconds; while the store does not answer it reads again every `SAFETY_NET` seconds, and its
+followers get what was logged meanwhile once it answers."""
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 
 from a2a.server.context import ServerCallContext
 from a2a.types import StreamResponse
+from a2a.utils.errors import InternalError
 from google.protobuf.json_format import Parse
 
 from a2a_bridge.host_env import HostEnv
 from a2a_bridge.ledger import HELD
-from a2a_bridge.live_tasks import Listener, TurnEnded
+from a2a_bridge.live_tasks import Listener, Refused, TurnEnded
+from a2a_bridge.store_faults import OUTAGE, transient
 from a2a_bridge.task_events import Event
+
+log = logging.getLogger(__name__)
 
 SAFETY_NET = 1.0
 """Seconds a wait on another replica's notice lasts before the database is read anyway."""
@@ -90,22 +96,46 @@ class LogFeeds:
         return [(seq, event_of(body)) for seq, body in rows]
 
     async def _read(self, feed: Feed) -> None:
-        env = self.env
+        """The feed's reader, until its last follower goes: a transient failure of the store is read past (the
+        outage noted); any other ends every follower with an internal error naming the task."""
         while True:
-            changed = env.changed(feed.task_id)
-            await self._dispatch(feed)
-            turns = {turn for turn in feed.followers.values() if turn is not None}
-            if turns:
-                record = await env.ledger.get(feed.task_id)
-                held = record.claim.claim_generation if record is not None and record.claim.state in HELD else None
-                ended = [listener for listener, turn in feed.followers.items() if turn is not None and turn != held]
-                if ended:
-                    await self._dispatch(feed)
-                    found = await env.ledger.read(feed.task_id, env.store, feed.owner)
-                    for listener in ended:
-                        del feed.followers[listener]
-                        listener.queue.put_nowait(TurnEnded(found[1] if found is not None else None))
+            changed = self.env.changed(feed.task_id)
+            try:
+                await self._read_once(feed)
+            except Exception as error:
+                if not transient(error):
+                    log.exception("the event log of task %s cannot be read; its followers are ended", feed.task_id)
+                    self._end(feed)
+                    return
+                OUTAGE.failed(error)
             await until(changed, SAFETY_NET)
+
+    async def _read_once(self, feed: Feed) -> None:
+        """Hand on what was logged since the last read; the followers waiting for a turn that no longer holds the
+        task get the task as that turn stored it."""
+        env = self.env
+        await self._dispatch(feed)
+        turns = {turn for turn in feed.followers.values() if turn is not None}
+        if not turns:
+            return
+        record = await env.ledger.get(feed.task_id)
+        held = record.claim.claim_generation if record is not None and record.claim.state in HELD else None
+        ended = [listener for listener, turn in feed.followers.items() if turn is not None and turn != held]
+        if ended:
+            await self._dispatch(feed)
+            found = await env.ledger.read(feed.task_id, env.store, feed.owner)
+            for listener in ended:
+                del feed.followers[listener]
+                listener.queue.put_nowait(TurnEnded(found[1] if found is not None else None))
+
+    def _end(self, feed: Feed) -> None:
+        """Drop a feed that cannot be read; each of its followers is answered an internal error naming the task."""
+        for listener in feed.followers:
+            self.following.pop(listener, None)
+            listener.queue.put_nowait(Refused(InternalError("Internal error", data={"taskId": feed.task_id})))
+        feed.followers.clear()
+        if self.feeds.get(feed.task_id) is feed:
+            del self.feeds[feed.task_id]
 
     async def _dispatch(self, feed: Feed) -> None:
         """Read what was logged since the last read and hand it to the followers."""

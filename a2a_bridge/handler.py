@@ -1,8 +1,10 @@
 """The bridge's A2A request handler: the SDK's RequestHandler interface over a TaskHost."""
 
 import asyncio
+import functools
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -41,6 +43,7 @@ from a2a_bridge.delegation import responsible_user
 from a2a_bridge.idempotency import Retries
 from a2a_bridge.push import WebhookPolicy
 from a2a_bridge.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled
+from a2a_bridge.store_faults import READ_ATTEMPTS, as_request
 from a2a_bridge.task_host import TaskHost
 
 
@@ -57,6 +60,25 @@ HTTP_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 def header_safe(value: str) -> bool:
     """Whether a value can be sent as an HTTP header value: printable ASCII, at most 4,096 characters."""
     return len(value) <= 4096 and all(" " <= c <= "~" for c in value)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Method = Callable[Concatenate["BridgeRequestHandler", P], Awaitable[R]]
+
+
+def store_faults_answered(attempts: int = 1) -> Callable[[Method[P, R]], Method[P, R]]:
+    """A handler method whose transient store failures answer "store unavailable" (`store_faults.as_request`); a
+    method that only reads tries `attempts` times first."""
+
+    def decorate(method: Method[P, R]) -> Method[P, R]:
+        @functools.wraps(method)
+        async def answer(self: "BridgeRequestHandler", *args: P.args, **kwargs: P.kwargs) -> R:
+            return await as_request(lambda: method(self, *args, **kwargs), attempts)
+
+        return answer
+
+    return decorate
 
 
 DEFAULT_MEDIA_TYPES = {"text": "text/plain", "data": "application/json"}
@@ -188,6 +210,7 @@ class BridgeRequestHandler(RequestHandler):
             if person is not None:
                 context.state[RESPONSIBLE_USER] = person
 
+    @store_faults_answered()
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         await self._checked(params, context)
         immediate = params.configuration.return_immediately
@@ -213,9 +236,9 @@ class BridgeRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         self._check_streaming()
-        await self._checked(params, context)
+        await as_request(lambda: self._checked(params, context))
         listener = Listener()
-        task_id = await self.send(params, context, listener)
+        task_id = await as_request(lambda: self.send(params, context, listener))
         try:
             async for event in _stream(listener):
                 yield self._history(event, None) if isinstance(event, Task) else event
@@ -226,7 +249,7 @@ class BridgeRequestHandler(RequestHandler):
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         self._check_streaming()
-        task, listener = await self.host.subscribe(params.id, context)
+        task, listener = await as_request(lambda: self.host.subscribe(params.id, context), READ_ATTEMPTS)
         try:
             yield self._history(task, None)
             async for event in _stream(listener):
@@ -239,6 +262,7 @@ class BridgeRequestHandler(RequestHandler):
         if not self.card.capabilities.streaming:
             raise errors.streaming_not_supported()
 
+    @store_faults_answered(READ_ATTEMPTS)
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         self._check_history_length(params, "historyLength")
         task = await self.host.get(params.id, context)
@@ -246,6 +270,7 @@ class BridgeRequestHandler(RequestHandler):
             raise errors.task_not_found(params.id)
         return self._history(task, params)
 
+    @store_faults_answered(READ_ATTEMPTS)
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         if params.page_size < 0 or params.page_size > 100:
             raise errors.invalid_field("pageSize", "pageSize must be between 1 and 100")
@@ -260,6 +285,7 @@ class BridgeRequestHandler(RequestHandler):
             response.tasks[index].CopyFrom(self._history(task, params))
         return response
 
+    @store_faults_answered()
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         return await self.host.cancel(params.id, context)
 
@@ -274,6 +300,7 @@ class BridgeRequestHandler(RequestHandler):
             raise errors.task_not_found(task_id)
         return task
 
+    @store_faults_answered()
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
@@ -302,6 +329,7 @@ class BridgeRequestHandler(RequestHandler):
                 "taskId", f"a caller may set at most {limit} push notification configs on a task (max_push_configs)"
             )
 
+    @store_faults_answered(READ_ATTEMPTS)
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
@@ -312,6 +340,7 @@ class BridgeRequestHandler(RequestHandler):
                 return config
         raise errors.task_not_found(params.task_id)
 
+    @store_faults_answered(READ_ATTEMPTS)
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
@@ -319,6 +348,7 @@ class BridgeRequestHandler(RequestHandler):
         await self._owned_task(params.task_id, context)
         return ListTaskPushNotificationConfigsResponse(configs=await store.get_info(params.task_id, context))
 
+    @store_faults_answered()
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from a2a_bridge import refusal_logs
+from a2a_bridge.store_faults import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,10 @@ GENERIC_MESSAGES: dict[type, str] = {
 
 
 def sanitized(error: Exception | JSONRPCError | A2AError) -> Exception | JSONRPCError | A2AError:
-    """The same error with any parser or exception text replaced by the generic message of its kind."""
+    """The same error with any parser or exception text replaced by the generic message of its kind ("store
+    unavailable" carries none: it stays as it is)."""
+    if isinstance(error, StoreUnavailable):
+        return error
     if isinstance(error, JSONParseError):
         return JSONParseError(message=GENERIC_MESSAGES[JSONParseError])
     if isinstance(error, JSONRPCInternalError):

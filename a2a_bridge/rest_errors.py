@@ -10,7 +10,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_bridge import refusal_logs
 from a2a_bridge.auth import route_path
-from a2a_bridge.error_codes import SPEC_TABLE
+from a2a_bridge.error_codes import SPEC_TABLE, STORE_UNAVAILABLE
+from a2a_bridge.store_faults import MESSAGE as STORE_UNAVAILABLE_MESSAGE
 
 INTERNAL = "Internal error"
 INVALID_REQUEST = "Invalid request payload"
@@ -38,6 +39,12 @@ def _names_task(error: dict[str, Any]) -> bool:
     return isinstance(metadata, dict) and set(metadata) == {"taskId"}
 
 
+def _store_unavailable(error: dict[str, Any]) -> bool:
+    """Whether the error is the bridge's "store unavailable" (`store_faults.StoreUnavailable`), which carries no
+    exception text."""
+    return error.get("message") == STORE_UNAVAILABLE_MESSAGE
+
+
 def cleaned(payload: Any, status: int) -> dict[str, Any]:
     """A REST error body with any message the SDK took from a parser or an exception replaced by a generic one."""
     error = payload.get("error") if isinstance(payload, dict) else None
@@ -45,7 +52,10 @@ def cleaned(payload: Any, status: int) -> dict[str, Any]:
         return {"error": {"code": status, "status": "INTERNAL" if status >= 500 else "INVALID_ARGUMENT",
                           "message": INTERNAL if status >= 500 else INVALID_REQUEST}}
     reason = _reason(error)
-    trusted = (reason == "INTERNAL_ERROR" and _names_task(error)) or reason == "INVALID_AGENT_RESPONSE"
+    trusted = (
+        (reason == "INTERNAL_ERROR" and _names_task(error)) or reason == "INVALID_AGENT_RESPONSE"
+        or _store_unavailable(error)
+    )
     if status >= 500 and not trusted:
         return {"error": {"code": status, "status": "INTERNAL", "message": INTERNAL}}
     if reason is None or reason == UNTRUSTED_REASON:
@@ -55,9 +65,10 @@ def cleaned(payload: Any, status: int) -> dict[str, Any]:
 
 def spec_status(payload: dict[str, Any], status: int) -> tuple[dict[str, Any], int]:
     """The error body and HTTP status with the code and status of the specification's table for an A2A error's
-    reason (409 for TaskNotCancelableError, 415 for ContentTypeNotSupportedError, ...); others as they are."""
+    reason (409 for TaskNotCancelableError, 415 for ContentTypeNotSupportedError, ...) and 503 for "store
+    unavailable"; others as they are."""
     error = payload["error"]
-    codes = SPEC_TABLE.get(_reason(error) or "")
+    codes = STORE_UNAVAILABLE if _store_unavailable(error) else SPEC_TABLE.get(_reason(error) or "")
     if codes is None:
         return payload, status
     return {"error": {**error, "code": codes.http, "status": codes.grpc_status}}, codes.http

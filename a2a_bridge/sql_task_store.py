@@ -28,6 +28,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from a2a_bridge.store_faults import OUTAGE
+
 Key = tuple[str, str, int, int | None]
 """What a count counts: owner, context id, status, status-timestamp lower bound (nanoseconds)."""
 COUNTS = 1_024
@@ -94,6 +96,7 @@ class SqlTaskStore(DatabaseTaskStore):
         query = select(model).where(model.id == task_id, model.owner == self.owner_resolver(context))
         async with self._reads() as session:
             row = (await session.execute(query)).scalar_one_or_none()
+            OUTAGE.answered()
             return self._from_orm(row) if row is not None else None
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
@@ -105,6 +108,7 @@ class SqlTaskStore(DatabaseTaskStore):
             rows = await self._page(session, params, owner, cursor, size + 1)
             total = await self._count(session, params, owner)
             tasks = [self._from_orm(row) for row in rows[:size]]
+        OUTAGE.answered()
         following = encode_list_tasks_cursor(self._cursor_for(rows[size - 1])) if len(rows) > size else None
         return ListTasksResponse(tasks=tasks, total_size=total, next_page_token=following, page_size=size)
 

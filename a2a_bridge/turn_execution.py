@@ -3,6 +3,7 @@ operation windows, the turn failed when the agent raises, and its callers told w
 
 import asyncio
 import logging
+from types import TracebackType
 from typing import Any
 
 from a2a.server.agent_execution import RequestContext
@@ -47,6 +48,8 @@ class TurnQueue(EventQueue):
         self.replied = False
         self.dropped = False
         """The first message's task could not be stored: the turn may not go on."""
+        self.raised_at: TracebackType | None = None
+        """Where the agent's exception was raised, kept for the log (see `TurnExecution.execute`)."""
 
     async def enqueue_event(self, event: Event) -> None:
         if self.dropped:
@@ -91,7 +94,7 @@ class TurnExecution:
         # The scope goes into the execution's context: naming the queue there would make a cycle (queue, execution,
         # context) that keeps the whole task in memory until a full collection.
         scope = about_task(env.agent, ctx.task_id or "", lambda: turn, "turn started")
-        execution = asyncio.ensure_future(env.executor.execute(ctx, queue))
+        execution = asyncio.ensure_future(self.execute(ctx, queue))
         queue.execution = execution
         if queue.live is not None:
             queue.live.running, queue.live.running_turn = execution, queue.turn
@@ -107,10 +110,12 @@ class TurnExecution:
                 execution.cancel()
                 raise
         except Exception as error:
+            raised_at, queue.raised_at = queue.raised_at, None
             if isinstance(error, StoreUnavailable) and queue.dropped:
                 log.warning("agent %s stopped: the task of turn %s could not be stored", env.agent, queue.turn)
             else:
-                log.exception("agent %s raised in turn %s", env.agent, queue.turn)
+                log.error("agent %s raised in turn %s", env.agent, queue.turn,
+                          exc_info=(type(error), error, raised_at or error.__traceback__))
             await self._fail(queue)
         finally:
             timer.cancel()
@@ -119,6 +124,15 @@ class TurnExecution:
             if queue.live is not None:
                 queue.live.running, queue.live.running_turn = None, None
             left_task(scope, "turn ended")
+
+    async def execute(self, ctx: BridgeRequestContext, queue: TurnQueue) -> None:
+        """The agent's execute(), keeping the traceback of what it raises: that exception reaches `run` through the
+        compiled turns.py, where mypyc throws it in without its traceback, so the log would lose the agent's frames."""
+        try:
+            await self.env.executor.execute(ctx, queue)
+        except Exception as error:
+            queue.raised_at = error.__traceback__
+            raise
 
     async def _renew(self, queue: TurnQueue, interval: float) -> None:
         """Renew the turn's lease every `interval` (a third of its length) while the turn runs; started by a timer

@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -38,8 +39,8 @@ def pg_server_url() -> str:
     return url
 
 
-@pytest.fixture
-def pg_database() -> Iterator[str]:
+@contextlib.contextmanager
+def fresh_pg_database() -> Iterator[str]:
     """A fresh database on the test PostgreSQL server, dropped afterwards."""
     server = pg_server_url()
     name = f"bridge_{uuid.uuid4().hex[:12]}"
@@ -52,5 +53,21 @@ def pg_database() -> Iterator[str]:
             await connection.close()
 
     asyncio.run(admin(f"CREATE DATABASE {name}"))
-    yield server.rsplit("/", 1)[0] + f"/{name}"
-    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    try:
+        yield server.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A fresh database on the test PostgreSQL server, dropped afterwards."""
+    with fresh_pg_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def pg_module_database() -> Iterator[str]:
+    """A fresh database on the test PostgreSQL server shared by one module's tests, dropped after them."""
+    with fresh_pg_database() as url:
+        yield url

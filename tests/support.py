@@ -82,6 +82,7 @@ class ServerProcess:
         self.cwd = cwd
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
 
     @property
     def url(self) -> str:
@@ -111,12 +112,26 @@ class ServerProcess:
         except httpx.HTTPError:
             return False
 
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes (a long GC pause, a frozen VM) and keeps its connections open."""
+        assert self.proc is not None and self.proc.poll() is None, "the server is not running"
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`; nothing when the server is not paused."""
+        if self.paused and self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
     def kill(self) -> None:
-        """SIGKILL: a crash, nothing flushed."""
+        """SIGKILL: a crash, nothing flushed (a paused server too, without running again first)."""
         end_process(self.proc, crash=True)
         self.proc = None
+        self.paused = False
 
     def stop(self) -> None:
+        self.resume()
         end_process(self.proc)
         self.proc = None
 

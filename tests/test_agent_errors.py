@@ -1,8 +1,12 @@
 """SDK defect 5 on the bridge: an agent's exception reaches the client as a generic error naming the task, and the
-task ends FAILED with a status message; the exception's text never leaves the server."""
+task ends FAILED with a status message; the exception's text never leaves the server. The server's log shows it with
+the agent's own frames, in the first turn and a later one, also where turns.py is compiled (mypyc threw the exception
+into its coroutine without its traceback, so the log named turns.py and no line of the agent's file)."""
 
+import inspect
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -13,7 +17,8 @@ from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
-from tests.support import rpc, rpc_stream, serve_in_thread, user_message, wait_for
+from tests import user_agents
+from tests.support import CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, serve_in_thread, user_message, wait_for
 
 SECRET = "secret path /etc/x"
 
@@ -129,3 +134,47 @@ def test_return_immediately_then_get_task_shows_failed(bridge_url: str) -> None:
 
     wait_for(failed, what="the task to fail")
     assert_failed_with_status_message(base, task_id)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def raising_frames() -> list[str]:
+    """The traceback lines naming the frames of tests/user_agents.py the raising agent's exception passes through."""
+    path = inspect.getsourcefile(user_agents)
+    lines, first = inspect.getsourcelines(user_agents.Raising.execute)
+    execute_line = first + next(i for i, line in enumerate(lines) if line.strip() == "fail()")
+    fail_line = inspect.getsourcelines(user_agents.fail)[1] + 1
+    return [f'File "{path}", line {execute_line}, in execute', f'File "{path}", line {fail_line}, in fail']
+
+
+def test_the_log_shows_the_agents_own_frames_in_every_turn(tmp_path: Path) -> None:
+    """The user's agent, served by the console script as `--agent MODULE:ATTRIBUTE`, raises in a first turn and in a
+    second one: each time the log shows the line of its file that raised, under the exception's type and text."""
+    log = tmp_path / "server.log"
+    server = ServerProcess("memory", extra=["--agent", "tests.user_agents:raising"], log=log,
+                           command=[str(CONSOLE_SCRIPT)], cwd=ROOT)
+    server.start()
+    try:
+        base = server.agent("raising")
+        first = rpc(base, "SendMessage", {"message": user_message("raise now", "raising-first")})
+        failed = error_info(first["error"])["taskId"]
+        asked = rpc(base, "SendMessage", {"message": user_message("anything", "raising-ask")})["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        second = rpc(base, "SendMessage", {"message": user_message("go on", "raising-second", taskId=asked["id"])})
+        assert error_info(second["error"])["taskId"] == asked["id"]
+    finally:
+        server.stop()
+    text = log.read_text()
+    records = text.split(" ERROR a2a_bridge.turn_execution ")[1:]
+    assert [failed in record for record in records] == [True, False], text
+    assert [asked["id"] in record for record in records] == [False, True], text
+    for record in records:
+        assert "agent raising raised in turn" in record
+        traceback = [line.strip() for line in record.splitlines()]
+        frames = raising_frames()
+        assert all(frame in traceback for frame in frames), record
+        at = [traceback.index(frame) for frame in frames]
+        assert at == sorted(at), record
+        assert traceback[at[-1] + 1] == "raise RuntimeError(RAISED)", record
+        assert f"RuntimeError: {user_agents.RAISED}" in traceback, record

@@ -1,7 +1,8 @@
 """A user's own agents, served with `serve --agent tests.user_agents:NAME` by tests/test_your_agent.py: `steady`
 (repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory); and by tests/test_replica_races.py `dies_at_cancel`
 (repeat-safe), whose cancel() kills its own server. The first run of a task waits to be killed; a later run completes
-at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`."""
+at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`. And by tests/test_agent_errors.py
+`raising`, which raises from a function of its own (`fail`) at once, or in a task's second turn."""
 
 import asyncio
 import contextlib
@@ -75,3 +76,28 @@ def once() -> Agent:
 
 
 dies_at_cancel = Agent("dies-at-cancel", card("dies-at-cancel"), DiesAtCancel(), repeat_safe=True)
+
+
+RAISED = "the raising agent gave up"
+"""The text of what `raising` raises."""
+
+
+def fail() -> None:
+    raise RuntimeError(RAISED)
+
+
+class Raising(AgentExecutor):
+    """Raises (through `fail`) on "raise now", and in any later turn; otherwise asks for input."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        if context.current_task is None and context.get_user_input() != "raise now":
+            await updater.requires_input()
+            return
+        fail()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+raising = Agent("raising", card("raising"), Raising(), repeat_safe=True)
