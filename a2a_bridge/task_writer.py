@@ -198,7 +198,7 @@ class TaskWriter:
         write = self._write(live, changes, items, snapshot(live.task))
         if self.env.ledger.writes_at_once:
             return await eager.shielded(write)
-        return await asyncio.shield(write)
+        return await eager.shield(write)
 
     async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
         env = self.env
@@ -299,12 +299,14 @@ class TaskWriter:
 
     @staticmethod
     def publish(live: LiveTask, turn: int | None, item: FeedItem, revision: int | None = None) -> None:
-        """Hand an item to each listener that follows this turn and takes it (`Listener.takes`); blocking callers get a
-        snapshot at interrupts. An item of a `revision` is skipped by a listener whose snapshot already holds that
-        revision."""
+        """Hand an item to each listener that follows this turn and takes it (`Listener.takes`); an item of the cancel
+        (`CANCEL_TURN`, which speaks for the current claim) to every listener, as the bridge's own, so a stream of the
+        canceled turn gets the task's end before the turn's; blocking callers get a snapshot at interrupts. An item of
+        a `revision` is skipped by a listener whose snapshot already holds that revision."""
         rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
+        everyone = turn == CANCEL_TURN
         for listener in live.listeners:
-            if listener.wants(turn) and (revision is None or revision > listener.after):
+            if (everyone or listener.wants(turn)) and (revision is None or revision > listener.after):
                 if rest and listener.snapshots:
                     listener.queue.put_nowait(snapshot(live.task))
                 elif listener.takes(item):
@@ -330,7 +332,7 @@ class TaskWriter:
             return False
         claim = live.record.claim
         if turn is not None and turn in live.fenced:
-            log.debug("dropped an event of fenced turn %s of task %s", turn, live.task.id)
+            log.warning("dropped an event of fenced turn %s of task %s", turn, live.task.id)
             return False
         if turn not in (None, CANCEL_TURN) and (turn != claim.claim_generation or claim.session_generation != self.env.session):
             log.warning("dropped an event of stale claim %s of task %s (current %s)", turn, live.task.id, claim.claim_generation)
