@@ -284,8 +284,9 @@ async def serve(args: argparse.Namespace) -> None:
     if args.grpc_port:
         http_ports = {args.port, *(KIT_PORTS.values() if args.kit_ports else ())}
         try:
-            for index, name in enumerate(bridge.agents):
-                check_port(args.host, grpc_port(args.grpc_port + index, http_ports), f"{name}'s gRPC port")
+            ports = {name: grpc_port(args.grpc_port + index, http_ports) for index, name in enumerate(bridge.agents)}
+            for name, port in ports.items():
+                check_port(args.host, port, f"{name}'s gRPC port")
         except CannotStart:
             await stores.close()
             raise

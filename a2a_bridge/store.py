@@ -1,12 +1,14 @@
 """Where tasks live: parse `--store` and build each agent's SDK task store and push-config store."""
 
+import asyncio
 import functools
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiosqlite
 from a2a.compat.v0_3.model_conversions import compat_task_model_to_core
 from a2a.server.models import (
     PushNotificationConfigModel,
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-from sqlalchemy import event, text
+from sqlalchemy import event, make_url, text
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -103,6 +105,30 @@ def read_only(connection: Any, _record: Any) -> None:
 
 READERS = 4
 """Connections of the SQLite read pool, beside the one writer."""
+WORKER_EXIT = 5.0
+"""Seconds a SQLite connection that did not open waits for aiosqlite's worker thread to end."""
+
+
+def sqlite_connector(url: str, connect_args: dict[str, Any]) -> Callable[[], Awaitable[aiosqlite.Connection]]:
+    """Open aiosqlite's connections as SQLAlchemy's dialect does (the URL's arguments, then `connect_args`), and let
+    one that fails to open return only once aiosqlite's worker thread has ended: aiosqlite stops the thread without
+    waiting, and the thread, reporting to an event loop closed meanwhile (`serve` stopping at once on a store that does
+    not open), printed a traceback of "Event loop is closed" beside the one-line error."""
+    parsed = make_url(url)
+    args, params = parsed.get_dialect()().create_connect_args(parsed)
+    params = {**params, **connect_args}
+
+    async def connect() -> aiosqlite.Connection:
+        connection = aiosqlite.connect(*args, **params)
+        worker = connection._thread  # as SQLAlchemy's dialect, which makes it a daemon too
+        worker.daemon = True
+        try:
+            return await connection
+        except Exception:
+            await asyncio.to_thread(worker.join, WORKER_EXIT)
+            raise
+
+    return connect
 
 
 def note_large_binding(
@@ -174,8 +200,8 @@ class Stores:
         if config.url is not None:
             sqlite = config.url.startswith("sqlite")
             kwargs: dict[str, Any] = {
-                "connect_args": {"timeout": 30}, "pool_size": 1, "max_overflow": 0, "pool_reset_on_return": None,
-                "json_serializer": column_json,
+                "async_creator": sqlite_connector(config.url, {"timeout": 30}), "pool_size": 1, "max_overflow": 0,
+                "pool_reset_on_return": None, "json_serializer": column_json,
             } if sqlite else {}
             self.engine = self.reader = create_async_engine(config.url, **kwargs)
             if sqlite:

@@ -81,8 +81,9 @@ def _transient_link(error: BaseException) -> bool:
 
 
 def cause(error: BaseException) -> str:
-    """What a transient failure came down to, for the log: the name of the innermost error of its chain."""
-    return type(_chain(error)[-1]).__name__
+    """What a transient failure came down to, for the log: the name of the innermost transient error of its chain."""
+    links = [link for link in _chain(error) if _transient_link(link)] or [error]
+    return type(links[-1]).__name__
 
 
 class Outage:

@@ -132,8 +132,9 @@ def settled(state: str, stored_task: Stored | None) -> bool:
     return stored_task is not None and legitimately_waiting(state, stored_task.record)
 
 
-def terminal_changes(observations: list[Observation]) -> list[tuple[str, str]]:
-    """(task id, evidence) for each task seen terminal and then, by a later request or later on one stream, otherwise."""
+def terminal_changes(observations: list[Observation], origin: float) -> list[tuple[str, str]]:
+    """(task id, evidence) for each task seen terminal and then, by a later request or later on one stream, otherwise;
+    times in the evidence are seconds since `origin`."""
     by_task: dict[str, list[Observation]] = defaultdict(list)
     for observation in observations:
         by_task[observation.task_id].append(observation)
@@ -143,7 +144,7 @@ def terminal_changes(observations: list[Observation]) -> list[tuple[str, str]]:
         if not terminals:
             continue
         if len({o.state for o in terminals}) > 1:
-            found.append((task_id, "seen in two terminal states: " + "; ".join(describe(o) for o in terminals[:6])))
+            found.append((task_id, "seen in two terminal states: " + "; ".join(describe(o, origin) for o in terminals[:6])))
             continue
         first = min(terminals, key=lambda o: o.observed)
         later = [o for o in seen if o.invoked > first.observed and o.state != first.state]
@@ -156,14 +157,17 @@ def terminal_changes(observations: list[Observation]) -> list[tuple[str, str]]:
             if ended is not None:
                 later.extend(o for o in frames[ended + 1:] if o.state != frames[ended].state and o not in later)
         if later:
-            evidence = f"first terminal {describe(first)}; afterwards " + "; ".join(describe(o) for o in later[:6])
+            evidence = f"first terminal {describe(first, origin)}; afterwards " + "; ".join(describe(o, origin) for o in later[:6])
             found.append((task_id, evidence))
     return found
 
 
-def describe(o: Observation) -> str:
+def describe(o: Observation, origin: float) -> str:
     stream = f" stream {o.stream}" if o.stream is not None else ""
-    return f"{o.state.removeprefix('TASK_STATE_')} on {o.replica} by {o.source}{stream} (sent {o.invoked:.2f}, seen {o.observed:.2f})"
+    return (
+        f"{o.state.removeprefix('TASK_STATE_')} on {o.replica} by {o.source}{stream} "
+        f"(sent {o.invoked - origin:.2f} s, seen {o.observed - origin:.2f} s)"
+    )
 
 
 def ledger_lines(path: Path) -> Counter[str]:
@@ -206,7 +210,7 @@ async def check(history: History, replicas: list[Replica], database: str, ledger
     for task_id, count in ledger_lines(ledger).items():
         if count > 1:
             report.add(ONCE, task_id, f"{count} lines in the deployer's ledger; claim events {events_text(tasks.get(task_id))}")
-    for task_id, evidence in terminal_changes(history.observations):
+    for task_id, evidence in terminal_changes(history.observations, history.started):
         report.add(TERMINAL_STAYS, task_id, evidence)
     for task_id, stored_task in tasks.items():
         revision = stored_task.record["revision"]

@@ -7,7 +7,6 @@ import contextlib
 import json
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -15,7 +14,7 @@ from httpx_sse import SSEError, aconnect_sse
 
 from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
 from chaos.cluster import OPERATOR_TOKEN, Replica
-from chaos.history import TERMINAL_STATES, History, Message, Observation, Operation, now
+from chaos.history import TERMINAL_STATES, WAITING_STATES, History, Message, Observation, Operation, now
 
 A2A = {"A2A-Version": "1.0"}
 AUTH = {"deployer": {"Authorization": f"Bearer {DEPLOYER_TOKEN}"}}
@@ -34,15 +33,6 @@ UNIT_TESTS = "Run the unit tests for payments-api at commit {commit}"
 FULL_SUITE = "Run the full suite for payments-api at commit {commit}"
 ASK_COMMIT = "Run the unit tests for payments-api"
 COMMITS = ("9f3c2e1", "4b1d9a7", "c0ffee1")
-
-
-@dataclass
-class Answer:
-    """The outcome of a call after its retries: the JSON-RPC result, or the last error."""
-
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
-    replica: str
 
 
 def states_in(result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -88,13 +78,13 @@ class Client:
 
     async def call(
         self, agent: str, method: str, params: dict[str, Any], message_id: str | None = None, first: Replica | None = None,
-    ) -> Answer:
-        """A JSON-RPC call, retried (to any replica, the same params) on transport errors, 5xx and internal errors."""
+    ) -> dict[str, Any] | None:
+        """A JSON-RPC call, retried (to any replica, the same params) on transport errors, 5xx and internal errors; its
+        result, or None when it ended in an error or ran out of attempts."""
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         headers = {**A2A, **AUTH.get(agent, {})}
         deadline = now() + CALL_DEADLINE
         replica = first or self.pick()
-        error: dict[str, Any] | None = None
         for _ in range(MAX_ATTEMPTS):
             invoked = now()
             op = Operation(self.number, method, replica.name, invoked, invoked, message_id, params.get("id"))
@@ -117,17 +107,17 @@ class Client:
                 op.task_id = op.task_id or (tasks[0][0] if tasks else None)
                 self.history.operation(op)
                 self._observe(result, replica.name, method, invoked)
-                return Answer(result, None, replica.name)
+                return result
             if error is not None:
                 op.outcome, op.detail = str(error.get("code")), str(error.get("message"))[:200]
             self.history.operation(op)
             if error is not None and error.get("code") not in RETRYABLE:
-                return Answer(None, error, replica.name)
+                return None
             if now() > deadline:
                 break
             await asyncio.sleep(self.rng.uniform(0.1, 0.5))
             replica = self.pick()
-        return Answer(None, error or {"code": "unanswered"}, replica.name)
+        return None
 
     async def send(self, agent: str, text: str, blocking: bool, task: dict[str, str] | None = None) -> str | None:
         """SendMessage under a fresh messageId (retried under the same one); the acknowledged task id, if any."""
@@ -135,16 +125,16 @@ class Client:
         message: dict[str, Any] = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}], **(task or {})}
         self.history.sent(Message(message_id, agent, text, follow_up_of=(task or {}).get("taskId")))
         params: dict[str, Any] = {"message": message, "configuration": {"returnImmediately": not blocking}}
-        answer = await self.call(agent, "SendMessage", params, message_id)
-        found = states_in(answer.result) if answer.result else []
+        result = await self.call(agent, "SendMessage", params, message_id)
+        found = states_in(result) if result else []
         if not found:
             return None
         self.history.acknowledged(message_id, found[0][0])
         return found[0][0]
 
     async def get(self, agent: str, task_id: str) -> str | None:
-        answer = await self.call(agent, "GetTask", {"id": task_id, "historyLength": 0})
-        return answer.result["status"]["state"] if answer.result else None
+        result = await self.call(agent, "GetTask", {"id": task_id, "historyLength": 0})
+        return result["status"]["state"] if result else None
 
     async def watch(self, agent: str, task_id: str, until: Callable[[str], bool]) -> str | None:
         """Poll GetTask on random replicas until `until(state)` or the deadline; the last state seen."""
@@ -188,7 +178,7 @@ class Client:
                 op.outcome, op.detail = type(failure).__name__, str(failure)[:200]
             op.completed = now()
             self.history.operation(op)
-            if last in TERMINAL_STATES or op.outcome not in ("ok", "-32603") or now() > deadline:
+            if not stream_broken(op.outcome, last) or now() > deadline:
                 return
             await asyncio.sleep(self.rng.uniform(0.2, 0.5))
 
@@ -196,7 +186,8 @@ class Client:
         await self.call(agent, "CancelTask", {"id": task_id}, first=self.pick(avoid))
 
     async def approve(self, task_id: str) -> None:
-        """POST /deployer/approve/{id} with the operator's token, retried on transport errors and 5xx."""
+        """POST /deployer/approve/{id} with the operator's token, retried on transport errors and 5xx, and on 409 while
+        the task still waits for approval (a replica that has not seen it wait yet)."""
         deadline = now() + CALL_DEADLINE
         for _ in range(MAX_ATTEMPTS):
             replica = self.pick()
@@ -210,7 +201,11 @@ class Client:
                 op.outcome, op.detail = type(failure).__name__, str(failure)[:200]
             op.completed = now()
             self.history.operation(op)
-            if op.outcome == "ok" or op.outcome.startswith("http 4") or now() > deadline:
+            if op.outcome == "ok" or now() > deadline:
+                return
+            if op.outcome == "http 409" and await self.get("deployer", task_id) != "TASK_STATE_AUTH_REQUIRED":
+                return
+            if op.outcome.startswith("http 4") and op.outcome != "http 409":
                 return
             await asyncio.sleep(self.rng.uniform(0.2, 0.5))
 
@@ -272,6 +267,14 @@ class Client:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SCENARIO_DEADLINE):
                     await scenario()
+
+
+def stream_broken(outcome: str, last: str) -> bool:
+    """Whether a subscription should be made again: it broke (a transport error, an internal error) or ended before
+    the task ended or came to wait for someone."""
+    if outcome == "ok":
+        return last not in TERMINAL_STATES | WAITING_STATES
+    return outcome == "-32603" or not outcome.lstrip("-").isdigit()
 
 
 async def run_clients(

@@ -200,16 +200,30 @@ class Replica:
                 self.proc.kill()
             self.proc.wait(timeout=30)
 
+    def terminate(self) -> None:
+        """SIGCONT and SIGTERM: the process drains and exits."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+
     def stop(self) -> None:
         """SIGTERM (after SIGCONT), then SIGKILL when it does not end in time."""
-        if self.proc is None or self.proc.poll() is not None:
+        self.terminate()
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.terminate()
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.kill()
+
+    def log_summary(self) -> str:
+        """How much the replica logged, and how many tracebacks."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return f"{self.name}: no log"
+        return f"{self.name}: {text.count(chr(10))} lines, {text.count('Traceback (most recent call last)')} tracebacks"
 
 
 @dataclass
@@ -223,9 +237,6 @@ class Cluster:
     @property
     def ledger(self) -> Path:
         return self.workdir / "deploys.jsonl"
-
-    def replica(self, name: str) -> Replica:
-        return next(r for r in self.replicas if r.name == name)
 
 
 def skews(count: int, skew: int) -> list[int]:
@@ -260,6 +271,9 @@ async def cluster(workdir: Path, count: int, lease: float, pace: float, skew: in
             await replica.start()
         yield Cluster(workdir, postgres, replicas)
     finally:
+        for replica in replicas:
+            with contextlib.suppress(Exception):
+                replica.terminate()
         for replica in replicas:
             with contextlib.suppress(Exception):
                 replica.stop()

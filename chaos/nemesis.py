@@ -29,14 +29,12 @@ class Nemesis:
     async def run(self, duration: float) -> None:
         """Inject faults until `duration` seconds have passed (a fault under way is finished), then heal."""
         deadline = now() + duration
-        try:
-            while self.kinds and now() + self.gap[0] < deadline:
-                await asyncio.sleep(self.rng.uniform(*self.gap))
-                if now() >= deadline:
-                    break
-                await self.inject(self.rng.choice(self.kinds))
-        finally:
-            await self.heal()
+        while self.kinds and now() + self.gap[0] < deadline:
+            await asyncio.sleep(self.rng.uniform(*self.gap))
+            if now() >= deadline:
+                break
+            await self.inject(self.rng.choice(self.kinds))
+        await self.heal()
 
     async def inject(self, kind: str) -> None:
         started = now()

@@ -67,7 +67,9 @@ async def quiet(history: History, database: str, timeout: float) -> list[str]:
         await asyncio.sleep(QUIET_POLL)
 
 
-def render(report: Report, faults: Counter[str], history: History, unsettled: list[str], seconds: float) -> str:
+def render(
+    report: Report, faults: Counter[str], history: History, unsettled: list[str], seconds: float, logs: list[str]
+) -> str:
     """The counts, then every violation with its evidence."""
     lines = [
         f"chaos: {seconds:.0f} s, {len(history.operations)} requests, {report.messages} messages sent, "
@@ -76,6 +78,7 @@ def render(report: Report, faults: Counter[str], history: History, unsettled: li
         "faults: " + (", ".join(f"{kind} {n}" for kind, n in sorted(faults.items())) or "none"),
         f"unsettled after the quiet period: {len(unsettled)}",
     ]
+    lines.append("replica logs: " + "; ".join(logs))
     exits = [f for f in history.faults if f.kind == "exited"]
     if exits:
         lines.append("replicas that exited by themselves: " + ", ".join(f"{f.target} ({f.detail})" for f in exits))
@@ -92,8 +95,7 @@ async def drain(clients: asyncio.Task[None]) -> None:
     done, _ = await asyncio.wait({clients}, timeout=DRAIN)
     if not done:
         clients.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await clients
+        await asyncio.wait({clients})
     elif clients.exception() is not None:
         raise clients.exception()  # type: ignore[misc]
 
@@ -106,7 +108,8 @@ async def session(options: argparse.Namespace, workdir: Path) -> int:
     started = time.monotonic()
     async with cluster(workdir, options.replicas, options.lease, options.pace, options.skew) as running:
         report, unsettled, faults = await exercise(options, running, history, seed)
-    output = render(report, faults, history, unsettled, time.monotonic() - started)
+    logs = [replica.log_summary() for replica in running.replicas]
+    output = render(report, faults, history, unsettled, time.monotonic() - started, logs)
     print(output, flush=True)
     target = options.history or workdir / "history.json"
     history.write(target, {
@@ -127,9 +130,10 @@ async def exercise(
     clients = asyncio.create_task(run_clients(options.clients, running.replicas, history, seed, stop, f"chaos{seed}"))
     try:
         await nemesis.run(options.duration)
-    finally:
         stop.set()
-    await drain(clients)
+        await drain(clients)
+    finally:
+        clients.cancel()
     print(f"chaos: faults over ({dict(nemesis.counts)}); quiet period (at most {options.quiet:g} s)", flush=True)
     unsettled = await quiet(history, running.postgres.url, options.quiet)
     report = await check(history, running.replicas, running.postgres.url, running.ledger)

@@ -15,25 +15,36 @@ import pytest
 from a2a.utils.errors import A2A_ERROR_REASONS
 
 from a2a_bridge.error_codes import SPEC_TABLE
+from a2a_bridge.kit import KIT_PORTS
 from a2a_bridge.rest_errors import spec_status
 from a2a_bridge.capture.replay import Delivery, WebhookReceiver
+from tests.kit_ports import serve_on_kit_ports
 from tests.support import A2A, ServerProcess, free_port, rpc, wait_for
 
 VARIANTS = ("conformance", "conformance-extended-card", "conformance-required-extension", "conformance-minimal")
 REQUIRED = "urn:a2a:tck:required-extension"
+STREAMING = {"TCK_STREAMING_TIMEOUT": "0.5"}
 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[ServerProcess]:
-    """The conformance agent and its variants, the conformance agent also at the root of its kit port."""
+    """The conformance agent and its variants, on a free port."""
     args = [arg for name in VARIANTS for arg in ("--agent", name)]
-    process = ServerProcess("memory", extra=[*args, "--kit-ports"], env={"TCK_STREAMING_TIMEOUT": "0.5"}).start()
-    wait_for(lambda: kit_up(), timeout=30, what="the kit port")
+    process = ServerProcess("memory", extra=args, env=STREAMING).start()
     yield process
     process.stop()
 
 
-KIT = "http://127.0.0.1:9999"
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The conformance agent also at the root of its kit port, the TCK's default 9999 (skipped while it is taken)."""
+    process = serve_on_kit_ports("memory", ["conformance"], tmp_path_factory.mktemp("kit") / "server.log", STREAMING)
+    wait_for(kit_up, timeout=30, what="the kit port")
+    yield process
+    process.stop()
+
+
+KIT = f"http://127.0.0.1:{KIT_PORTS['conformance']}"
 
 
 def kit_up() -> bool:
@@ -64,9 +75,15 @@ def reason(response: httpx.Response) -> str:
 # 1. Binding paths with and without a trailing slash.
 
 
-@pytest.mark.parametrize("where", ["main", "kit"])
-def test_both_bindings_answer_with_a_trailing_slash(served: ServerProcess, where: str) -> None:
-    base = served.agent("conformance") if where == "main" else KIT
+def test_both_bindings_answer_with_a_trailing_slash(served: ServerProcess) -> None:
+    answers_with_a_trailing_slash(served.agent("conformance"))
+
+
+def test_both_bindings_answer_with_a_trailing_slash_at_the_kit_port(kit: ServerProcess) -> None:
+    answers_with_a_trailing_slash(KIT)
+
+
+def answers_with_a_trailing_slash(base: str) -> None:
     rpc_answer = httpx.post(f"{base}/a2a/jsonrpc/", json=envelope("SendMessage", {"message": message()}), headers=A2A)
     assert rpc_answer.status_code == 200
     task = rpc_answer.json()["result"]["task"]
@@ -210,7 +227,6 @@ def test_the_card_has_cache_control_an_etag_and_last_modified(served: ServerProc
     assert first.status_code == 200 and "max-age=" in first.headers["cache-control"]
     etag, modified = first.headers["etag"], first.headers["last-modified"]
     assert etag.startswith('W/"') and httpx.get(url, timeout=10).headers["etag"] == etag
-    assert httpx.get(f"{KIT}/.well-known/agent-card.json", timeout=10).headers["etag"] == etag
     assert httpx.get(url, headers={"If-None-Match": etag.removeprefix("W/")}, timeout=10).status_code == 304
     again = httpx.get(url, headers={"If-None-Match": etag}, timeout=10)
     assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
@@ -221,6 +237,11 @@ def test_the_card_has_cache_control_an_etag_and_last_modified(served: ServerProc
     stale = httpx.get(url, headers={"If-None-Match": '"other"', "If-Modified-Since": modified}, timeout=10)
     assert stale.status_code == 200 and stale.json()["name"] == "conformance"
     assert httpx.get(url, headers={"If-Modified-Since": "yesterday"}, timeout=10).status_code == 200
+
+
+def test_the_kit_ports_card_has_the_prefixs_etag(kit: ServerProcess) -> None:
+    etag = httpx.get(f"{kit.agent('conformance')}/.well-known/agent-card.json", timeout=10).headers["etag"]
+    assert httpx.get(f"{KIT}/.well-known/agent-card.json", timeout=10).headers["etag"] == etag
 
 
 def test_each_agent_card_has_its_own_etag(served: ServerProcess) -> None:
