@@ -370,9 +370,9 @@ class BridgeRequestHandler(RequestHandler):
 
 
 async def _stream(listener: Listener) -> AsyncGenerator[Event]:
-    """The frames of one stream: until a terminal state, INPUT_REQUIRED, or a turn that leaves nothing to wait for. A
-    stream told its turn is over with the task ended (a turn fenced by the writer that ended it elsewhere) ends with
-    the task's terminal status all the same."""
+    """The frames of one stream: until a terminal state, INPUT_REQUIRED, a task that has ended (a retry of a finished
+    message), or a turn that leaves nothing to wait for. A stream told its turn is over with the task ended (a turn
+    fenced by the writer that ended it elsewhere) ends with the task's terminal status all the same."""
     while True:
         item = await listener.queue.get()
         if isinstance(item, Refused):
@@ -388,4 +388,6 @@ async def _stream(listener: Listener) -> AsyncGenerator[Event]:
             continue
         yield item
         if isinstance(item, TaskStatusUpdateEvent) and ends_stream(item.status.state):
+            return
+        if isinstance(item, Task) and is_terminal(item.status.state):
             return

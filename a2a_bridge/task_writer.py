@@ -395,6 +395,12 @@ class TaskWriter:
         if not live.unsaved and not live.claim_log and live.retrying is None and not live.store_lock.locked():
             self.table.evict_if_idle(live)
             return True
+        return await eager.shielded(self._store_unsaved(live))
+
+    async def _store_unsaved(self, live: LiveTask) -> bool:
+        """`store_unsaved`'s write and what follows it, which a cancel of the caller does not interrupt (a turn stopped
+        by a lost session or a cancel while its events are being saved): the events saved are published, those the
+        store refused are kept for the retrier, so what this process holds and answers never runs ahead of the store."""
         refused: Exception | None = None
         async with live.store_lock:
             if live.retrying is not None:
