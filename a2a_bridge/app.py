@@ -25,7 +25,7 @@ from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_
 from a2a_bridge.binding_paths import TrailingSlash
 from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls
 from a2a_bridge.card_caching import card_response
-from a2a_bridge.clock import Clock
+from a2a_bridge.clock import Clock, StoreClock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
@@ -194,9 +194,12 @@ class Bridge:
         self.stores = stores
         self.started = False
         """True from the end of start-up (recovery done) to the start of shutdown: what /readyz reports."""
-        self.clock = clock
         self.metrics = Metrics()
         self.ledger = stores.ledger(self.metrics.store_write)
+        if self.ledger.shared:
+            clock = StoreClock(clock)
+        self.clock = clock
+        """The clock of every host: on a shared database the database's (`StoreClock`), which replicas read leases on."""
         self.security = security or SecurityConfig()
         self.principals = {**self.security.principals, **(principals or {})}
         self.slots = StreamSlots(self.security.limits.max_streams)

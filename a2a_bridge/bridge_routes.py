@@ -272,6 +272,8 @@ class BridgeEndpoints:
             return store_unavailable(task_id)
         except A2AError as refused:
             return problem(409, "FAILED_PRECONDITION", refused.message, taskId=task_id)
+        except ClaimError as refused:
+            return problem(409, "FAILED_PRECONDITION", refused.detail, reason=refused.reason, taskId=task_id)
         return JSONResponse({"taskId": task_id, "state": state_name(task.status.state)})
 
     async def approve(self, request: Request) -> Response:

@@ -10,10 +10,12 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Task, TaskState
 
 from a2a_bridge import claims, errors
+from a2a_bridge.auth import is_operator
 from a2a_bridge.claims import Claim, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import TaskRecord
+from a2a_bridge.ledger import Fenced, TaskRecord
 from a2a_bridge.live_tasks import (
+    REQUESTED_BY,
     LiveTask,
     TaskTable,
     agent_status,
@@ -24,12 +26,15 @@ from a2a_bridge.live_tasks import (
     status_event_for,
 )
 from a2a_bridge.observability import about_task, left_task
-from a2a_bridge.states import is_terminal
+from a2a_bridge.states import ENDED_BY_CLAIM, is_terminal
 from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
 from a2a_bridge.turn_execution import BridgeRequestContext, TurnQueue
 
 log = logging.getLogger(__name__)
+
+FENCED_ATTEMPTS = 5
+"""Attempts at a cancel whose writes another writer fenced (each on the task read again)."""
 
 
 class Canceller:
@@ -69,22 +74,61 @@ class Canceller:
                 await self.writer.refresh(live)
             if is_terminal(live.task.status.state):
                 raise errors.task_not_cancelable(live.task)
-            if live.running is None and self.held_elsewhere(live.record.claim):
-                return await self.cancel_elsewhere(live.record.copy(), context)
-            if live.record.claim.state == claims.NEEDS_RECONCILIATION:
-                self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
-                await self.writer.put_record(live)
-                return snapshot(live.task)
-            live.canceling = asyncio.Event()
-            try:
-                await self._stop_turn(live, context, request_stored)
-            finally:
-                live.canceling.set()
-                live.canceling = None
+            for _ in range(FENCED_ATTEMPTS):
+                if is_terminal(live.task.status.state):
+                    break
+                if live.running is None and self.held_elsewhere(live.record.claim):
+                    return await self.cancel_elsewhere(live.record.copy(), context)
+                live.canceling = asyncio.Event()
+                try:
+                    await self._end(live, context, request_stored)
+                except Fenced:
+                    await self.writer.kept.fenced(live)
+                    continue
+                finally:
+                    live.canceling.set()
+                    live.canceling = None
+                if is_terminal(live.task.status.state) or live.retrying is not None or self._waits_for_operator(live, context):
+                    break
             return snapshot(live.task)
         finally:
             self.table.release(live)
             left_task(scope)
+
+    def _waits_for_operator(self, live: LiveTask, context: ServerCallContext) -> bool:
+        """Whether the cancel is recorded on a task that only an operator may end: its turn's outcome is unknown
+        (needs_reconciliation) and repeating or dropping its work is not safe, and the caller is not an operator."""
+        claim = live.record.claim
+        return claim.state == claims.NEEDS_RECONCILIATION and not self.env.settings.repeat_safe and not by_operator(context)
+
+    async def _end(self, live: LiveTask, context: ServerCallContext, request_stored: bool) -> None:
+        """One attempt at the cancel on the task as this process holds it (Fenced when another writer changed it
+        first: the caller reads it again and tries once more)."""
+        if live.record.claim.state in claims.TERMINAL:
+            await self._end_as_claimed(live)
+            return
+        if live.record.claim.state != claims.NEEDS_RECONCILIATION:
+            await self._stop_turn(live, context, request_stored)
+            return
+        if not live.record.claim.cancellation_requested:
+            self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+        if self._waits_for_operator(live, context):
+            await self.writer.put_record(live)
+            return
+        evidence = {"requested_by": requester(context), "reason": "no turn holds the task: its claim was lost"}
+        self.writer.post(live, Op("reconcile_cancelled", local_operation_stopped=True), evidence)
+        canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, canceled_text(context), self.env.new_id())
+        if not await self.writer.apply(live, None, status_event_for(live.task, canceled), claim_ops=()):
+            raise Fenced(live.task.id)
+
+    async def _end_as_claimed(self, live: LiveTask) -> None:
+        """A task whose claim has ended while the task itself was never told (a store left so by a writer that was not
+        fenced, before fencing): the task ends in the state its claim names, which is what happened."""
+        state = TaskState.Value(ENDED_BY_CLAIM[live.record.claim.state])
+        log.warning("task %s: its claim ended %s but the task had not; it ends so now", live.task.id, live.record.claim.state)
+        ended = agent_status(live.task, state, "Ended as its claim records it.", self.env.new_id())
+        if not await self.writer.apply(live, None, status_event_for(live.task, ended), claim_ops=()):
+            raise Fenced(live.task.id)
 
     async def _stop_turn(self, live: LiveTask, context: ServerCallContext, request_stored: bool) -> None:
         """Stop the turn and end the task CANCELED; what the store does not take now is kept for it (and the caller
@@ -111,6 +155,12 @@ class Canceller:
             raise StoreUnavailable(live.task.id)
 
     async def _record(self, live: LiveTask) -> None:
-        """Store the cancel request on the claim while the turn stops (kept for the store if it is down)."""
+        """Store the cancel request on the claim while the turn stops (kept for the store if it is down; Fenced when
+        another writer changed the task first)."""
         with contextlib.suppress(StoreUnavailable):
             await self.writer.put_record(live)
+
+
+def by_operator(context: ServerCallContext) -> bool:
+    """Whether an operator asks: the operator principal, or an operator acting in the owner's name."""
+    return is_operator(context) or bool(context.state.get(REQUESTED_BY))

@@ -1,5 +1,7 @@
-"""Clocks passed into the server: the system clock, and a stepping clock for deterministic capture and tests."""
+"""Clocks passed into the server: the system clock, a stepping clock for deterministic capture and tests, and the
+store's clock as a replica reads it (the one clock replicas on a shared database read leases on)."""
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -28,6 +30,28 @@ class SteppingClock:
         current = self._next
         self._next = current + self._step
         return current
+
+
+class StoreClock:
+    """The shared database's clock as this process reads it: its own clock (`base`) moved by the offset last measured
+    against the database. Every replica reads leases on it, so a replica whose own clock is off by any amount neither
+    takes over a live claim nor keeps one past its lease; the error left is half a round trip to the database."""
+
+    def __init__(self, base: Clock) -> None:
+        self.base = base
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        return self.base.now() + self.offset
+
+    async def sync(self, store_time: Callable[[], Awaitable[datetime | None]]) -> None:
+        """Measure the offset again: the database's time against the middle of the round trip that read it (kept as it
+        was when the database has no clock to offer)."""
+        before = self.base.now()
+        measured = await store_time()
+        after = self.base.now()
+        if measured is not None:
+            self.offset = measured - (before + (after - before) / 2)
 
 
 def iso(moment: datetime) -> str:

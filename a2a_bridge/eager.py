@@ -36,10 +36,25 @@ async def _rest(coroutine: Coroutine[Any, Any, T], waiting: Any) -> T:
     return await _resumed(coroutine, waiting)
 
 
+def _retrieved(done: "asyncio.Future[Any]") -> None:
+    """Mark a finished task's exception as retrieved: its caller, canceled first, never will."""
+    if not done.cancelled():
+        done.exception()
+
+
+async def shield(coroutine: Coroutine[Any, Any, T]) -> T:
+    """`await asyncio.shield(coroutine)`, whose failure is not reported as "Task exception was never retrieved" when
+    the caller was canceled first (a save of a turn that a lost session or a cancel stopped: the writer has handled
+    it, or the store's outage is logged once)."""
+    task = asyncio.ensure_future(coroutine)
+    task.add_done_callback(_retrieved)
+    return await asyncio.shield(task)
+
+
 async def shielded(coroutine: Coroutine[Any, Any, T]) -> T:
-    """`await asyncio.shield(coroutine)`, with the coroutine run here up to its first wait."""
+    """`shield(coroutine)`, with the coroutine run here up to its first wait."""
     try:
         waiting = coroutine.send(None)
     except StopIteration as done:
         return done.value
-    return await asyncio.shield(_rest(coroutine, waiting))
+    return await shield(_rest(coroutine, waiting))

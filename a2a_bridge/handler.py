@@ -42,7 +42,8 @@ from a2a_bridge.config import Limits
 from a2a_bridge.delegation import responsible_user
 from a2a_bridge.idempotency import Retries
 from a2a_bridge.push import WebhookPolicy
-from a2a_bridge.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled
+from a2a_bridge.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled, status_event_for
+from a2a_bridge.states import is_terminal
 from a2a_bridge.store_faults import READ_ATTEMPTS, as_request
 from a2a_bridge.task_host import TaskHost
 
@@ -369,7 +370,9 @@ class BridgeRequestHandler(RequestHandler):
 
 
 async def _stream(listener: Listener) -> AsyncGenerator[Event]:
-    """The frames of one stream: until a terminal state, INPUT_REQUIRED, or a turn that leaves nothing to wait for."""
+    """The frames of one stream: until a terminal state, INPUT_REQUIRED, a task that has ended (a retry of a finished
+    message), or a turn that leaves nothing to wait for. A stream told its turn is over with the task ended (a turn
+    fenced by the writer that ended it elsewhere) ends with the task's terminal status all the same."""
     while True:
         item = await listener.queue.get()
         if isinstance(item, Refused):
@@ -377,9 +380,14 @@ async def _stream(listener: Listener) -> AsyncGenerator[Event]:
         if isinstance(item, TurnFailed):
             raise errors.agent_failed(item.task_id)
         if isinstance(item, TurnEnded):
+            if item.task is not None and is_terminal(item.task.status.state):
+                yield status_event_for(item.task, item.task.status)
+                return
             if item.task is None or listener.turn is not None:
                 return
             continue
         yield item
         if isinstance(item, TaskStatusUpdateEvent) and ends_stream(item.status.state):
+            return
+        if isinstance(item, Task) and is_terminal(item.status.state):
             return

@@ -7,8 +7,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from a2a_bridge.ledger import TaskEnded
+from a2a_bridge.ledger import Fenced
 from a2a_bridge.live_tasks import LiveTask, Refused, TurnEnded, TurnFailed, snapshot
+from a2a_bridge.states import is_terminal
 from a2a_bridge.store_faults import StoreUnavailable, backoff
 
 if TYPE_CHECKING:
@@ -60,28 +61,44 @@ class KeptWrites:
         self.writer.table.evict_if_idle(live)
 
     async def refused(self, live: LiveTask, error: Exception) -> None:
-        """A write the store refused for good: the task ended elsewhere, or its content cannot be stored."""
-        if isinstance(error, TaskEnded):
-            await self._ended_elsewhere(live)
+        """A write the store refused for good: fenced (another writer wrote the task, or it ended), or its content
+        cannot be stored."""
+        if isinstance(error, Fenced):
+            await self.fenced(live)
         else:
             log.error("the events of task %s cannot be stored (%s); the turn ends FAILED", live.task.id, type(error).__name__)
             await self._unstorable(live)
 
-    async def _ended_elsewhere(self, live: LiveTask) -> None:
-        """The store holds the task as ended (another replica ended it): drop what this process folded since, take
-        the task as stored, tell its callers, and stop its turn."""
-        log.warning("task %s has ended elsewhere; what this process folded since is dropped", live.task.id)
+    async def fenced(self, live: LiveTask) -> None:
+        """The stored record is not the one this process holds: another replica took the claim over or ended the task,
+        or an operator acted. Drop what this process folded since, stop its turn (one log line, no error to anyone),
+        take the task as stored, and hand its callers on: to the turn that now holds it, else the task as stored."""
+        held = live.record.claim
+        stopping = live.running_turn is not None and live.running_turn not in live.fenced
         live.unsaved.clear()
         live.claim_log.clear()
         if live.running_turn is not None:
             live.fenced.add(live.running_turn)
-        found = await self.writer.env.ledger.read(live.task.id, self.writer.env.store, live.owner)
+        env = self.writer.env
+        found = await env.ledger.read(live.task.id, env.store, live.owner)
         if found is not None:
             live.record, live.task = found
             live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
-        for listener in live.listeners:
-            listener.queue.put_nowait(TurnEnded(snapshot(live.task)))
-        live.listeners.clear()
+        stored = live.record.claim
+        log.log(
+            logging.WARNING if stopping else logging.INFO,
+            "task %s was written elsewhere (stored claim: generation %s of session %s, %s; this process held "
+            "generation %s of session %s)%s",
+            live.task.id, stored.claim_generation, stored.session_generation, stored.state, held.claim_generation,
+            held.session_generation, ": this process's turn of it stops" if stopping else "",
+        )
+        listeners, live.listeners = live.listeners, []
+        handing_on = env.ledger.shared and not is_terminal(live.task.status.state) and self.writer.join_winner is not None
+        for listener in listeners:
+            if handing_on and self.writer.join_winner is not None:
+                self.writer.join_winner(live.task.id, live.owner, listener)
+            else:
+                listener.queue.put_nowait(TurnEnded(snapshot(live.task)))
         if live.running is not None:
             live.running.cancel()
 

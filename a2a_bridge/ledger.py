@@ -35,11 +35,13 @@ class TaskExists(Exception):
         self.task_id = task_id
 
 
-class TaskEnded(Exception):
-    """A write refused because the stored task has ended: a terminal task is never changed again."""
+class Fenced(Exception):
+    """A write refused because the stored record is not the one its writer holds: another writer (a replica that took
+    the claim over, an operator, a cancel) wrote it since, or it has ended (a terminal task is never changed again).
+    The writer wrote nothing, and must read the task again before it does anything more with it."""
 
     def __init__(self, task_id: str) -> None:
-        super().__init__(f"task {task_id} has ended; it is never changed again")
+        super().__init__(f"task {task_id} was written by another writer, or has ended; this write is fenced")
         self.task_id = task_id
 
 
@@ -59,12 +61,16 @@ class TaskRecord:
     claim: Claim = field(default_factory=Claim)
     signal: str | None = None
     """What resumed the current turn when it was not a user message (an operator's approval)."""
+    version: int = 0
+    """How many times the record has been written (its fencing token): a write of version N is stored only where the
+    stored record is at version N - 1, so a writer that read an older record (a paused replica, a claim taken over)
+    writes nothing (`Fenced`)."""
 
     def copy(self) -> "TaskRecord":
         """A copy that shares no mutable part with this record."""
         return TaskRecord(
             self.task_id, self.agent, self.owner, self.responsible_user, self.created_at, self.state, self.revision,
-            list(self.notifications), self.idle_expires_at, self.claim, self.signal,
+            list(self.notifications), self.idle_expires_at, self.claim, self.signal, self.version,
         )
 
 
@@ -154,6 +160,7 @@ class Ledger(Protocol):
 
     async def start_session(self, now: datetime) -> int: ...
     async def session_alive(self, session: int) -> bool: ...
+    async def store_time(self) -> datetime | None: ...
     def on_notice(self, notice: Notice) -> None: ...
     def on_lost(self, lost: Callable[[], None]) -> None: ...
     def on_written(self, written: Written) -> None: ...
@@ -192,6 +199,15 @@ HELD = ("claimed", "cancel_requested")
 def ended(record: TaskRecord | None) -> bool:
     """Whether a stored record's claim is terminal: such a task is never written again."""
     return record is not None and record.claim.state in TERMINAL
+
+
+def writable(stored: TaskRecord | None, written: TaskRecord) -> bool:
+    """Whether a write of an existing task's record may be stored over the stored one (the fence every store applies
+    in the write itself): the stored record is the version its writer holds (`TaskRecord.version`, one below the
+    written), and it has not ended, unless the claim that ended it writes that end again (`rewrites_end`)."""
+    if stored is None or stored.version != written.version - 1:
+        return False
+    return not ended(stored) or rewrites_end(stored, written)
 
 
 def rewrites_end(stored: TaskRecord, written: TaskRecord) -> bool:
@@ -259,6 +275,10 @@ class MemoryLedger:
     async def session_alive(self, session: int) -> bool:
         return False
 
+    async def store_time(self) -> datetime | None:
+        """One process holds a memory store: its own clock is the only one."""
+        return None
+
     def on_notice(self, notice: Notice) -> None:
         """One process holds a memory store: every change is its own, so nothing is ever announced."""
 
@@ -286,22 +306,22 @@ class MemoryLedger:
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
         *, new: bool = False, log: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """The task and its record; a new task only if absent (TaskExists), an ended one never (TaskEnded)."""
+        """The task and its record; a new task only if absent (TaskExists), an existing one only over the version
+        its writer holds and never once ended (Fenced)."""
         current = self._records.get(record.task_id)
         if new and current is not None:
             raise TaskExists(record.task_id)
-        if current is not None and ended(current) and not rewrites_end(current, record):
-            raise TaskEnded(record.task_id)
+        if not new and not writable(current, record):
+            raise Fenced(record.task_id)
         lines = event_lines(events)
         await store.save(task, context)
         self._keep(record, lines)
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         current = self._records.get(record.task_id)
-        if current is None or ended(current) or (current.claim.claim_generation, current.claim.state) != (
-            expected.claim_generation,
-            expected.state,
-        ):
+        if not writable(current, record) or current is None or ended(current) or (
+            current.claim.claim_generation, current.claim.state
+        ) != (expected.claim_generation, expected.state):
             return False
         self._keep(record, event_lines(events))
         return True
@@ -338,9 +358,8 @@ class MemoryLedger:
         return dict(collections.Counter((r.agent, r.state) for r in self._records.values()))
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        current = self._records.get(record.task_id)
-        if current is not None and ended(current) and not rewrites_end(current, record):
-            raise TaskEnded(record.task_id)
+        if not writable(self._records.get(record.task_id), record):
+            raise Fenced(record.task_id)
         self._keep(record, event_lines(events))
 
     async def held_by_others(self, agent: str, session: int) -> list[TaskRecord]:

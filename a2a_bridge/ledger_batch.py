@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Executable
 
-from a2a_bridge.ledger import SentMessage, TaskEnded, TaskExists
+from a2a_bridge.ledger import Fenced, SentMessage, TaskExists
 from a2a_bridge.ledger_tables import (
     claim_events_table,
     events_table,
@@ -62,7 +62,7 @@ class Remember(NamedTuple):
 
 
 Write = Save | Remember
-Outcome = SentMessage | TaskExists | TaskEnded | None
+Outcome = SentMessage | TaskExists | Fenced | None
 """What a write answers: a message's first send, or the refusal of a save; a refusal is the answer of one write, not a
 failure of the batch that holds it."""
 Known = dict[tuple[str, str, str], SentMessage]
@@ -106,7 +106,7 @@ def followers(saves: list[tuple[int, Save]], written: set[tuple[str, bool]], res
     for index, save in saves:
         task_id = save.record["task_id"]
         if (task_id, save.new) not in written:
-            results[index] = TaskExists(task_id) if save.new else TaskEnded(task_id)
+            results[index] = TaskExists(task_id) if save.new else Fenced(task_id)
             continue
         if save.table is not None and save.task is not None:
             after.tasks.setdefault(save.table, {})[task_id] = save.task
@@ -214,7 +214,7 @@ class SqliteBatch:
             new: Compiled(record_statement(dialect.name, new), records_table, dialect) for new in (True, False)
         }
         self._events = Compiled(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
-        self._logged = Compiled(insert(events_table), events_table, dialect)
+        self._logged = Compiled(upsert_statement(dialect.name, events_table), events_table, dialect)
         self._tasks: dict[Table, Compiled] = {}
 
     async def run(

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    literal_column,
     or_,
     text,
 )
@@ -52,7 +53,10 @@ records_table = Table(
     Column("cancellation_requested", Boolean, nullable=False),
     Column("stage", String(255), nullable=True),
     Column("signal", String(255), nullable=True),
+    Column("version", Integer, nullable=False, server_default=text("0")),
 )
+"""`version` is the record's fencing token (`TaskRecord.version`); it was added after the table, so a database made
+before it gets the column at start (`SqlLedger`)."""
 
 claim_events_table = Table(
     "bridge_claim_events",
@@ -132,6 +136,7 @@ def row_values(record: TaskRecord) -> dict[str, Any]:
         "cancellation_requested": claim.cancellation_requested,
         "stage": claim.stage,
         "signal": record.signal,
+        "version": record.version,
     }
 
 
@@ -158,6 +163,7 @@ def record_of(row: Any) -> TaskRecord:
             stage=row.stage,
         ),
         signal=row.signal,
+        version=row.version,
     )
 
 
@@ -195,10 +201,11 @@ def upsert_statement(dialect: str, table: Table) -> Insert:
 
 @functools.cache
 def record_statement(dialect: str, new: bool) -> Insert:
-    """The record write that returns the ids it wrote: a new record only where none is stored, any other only where
-    the stored record has not ended (a terminal task is never changed again) or where the claim that ended it writes
-    that same end again (a save of events folded before the end, stored after it: `ledger.rewrites_end`). The ended
-    states are written into the statement: an expanding parameter cannot go with the many rows of a batch."""
+    """The record write that returns the ids it wrote: a new record only where none is stored, any other only over
+    the version its writer holds (the stored version one below the written: the fence, `ledger.writable`) and only
+    where the stored record has not ended (a terminal task is never changed again) or where the claim that ended it
+    writes that same end again (a save of events folded before the end, stored after it: `ledger.rewrites_end`). The
+    ended states are written into the statement: an expanding parameter cannot go with the many rows of a batch."""
     table = records_table
     statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
     if new:
@@ -214,5 +221,5 @@ def record_statement(dialect: str, new: bool) -> Insert:
     return statement.on_conflict_do_update(
         index_elements=["task_id"],
         set_={column.name: written[column.name] for column in table.columns if column.name != "task_id"},
-        where=or_(open_claim, same_end),
+        where=and_(table.c.version == written.version - literal_column("1"), or_(open_claim, same_end)),
     ).returning(table.c.task_id)

@@ -22,6 +22,7 @@ from a2a.utils.errors import A2AError
 
 from a2a_bridge import errors
 from a2a_bridge.auth import is_operator, may_see, owner_context
+from a2a_bridge.clock import Clock
 from a2a_bridge.ledger import ClaimEvent, Ledger, TaskRecord
 from a2a_bridge.mailbox import Mailbox
 from a2a_bridge.states import is_interrupted, is_terminal, state_name
@@ -131,10 +132,11 @@ class Pending:
 class TaskTable:
     """The live tasks of one agent in this process: loaded on first use, forgotten when nothing holds them."""
 
-    def __init__(self, agent: str, store: TaskStore, ledger: Ledger) -> None:
+    def __init__(self, agent: str, store: TaskStore, ledger: Ledger, clock: Clock) -> None:
         self.agent = agent
         self.store = store
         self.ledger = ledger
+        self.clock = clock
         self.live: dict[str, LiveTask] = {}
 
     async def acquire(self, task_id: str, context: ServerCallContext, operators: bool = False) -> LiveTask:
@@ -166,9 +168,18 @@ class TaskTable:
         """The task and record as last stored, from memory while this process holds the task (read only, not copies);
         None when it does not, or when another replica may have changed them since (no turn of ours runs)."""
         live = self.live.get(task_id)
-        if live is None or (live.running is None and self.ledger.shared):
+        if live is None or not self.trusted(live):
             return None
         return live.durable if live.durable is not None else (live.task, live.record)
+
+    def trusted(self, live: LiveTask) -> bool:
+        """Whether this process's copy of a task is the stored one without reading it again: always on a store no
+        other process writes; on a shared one only while a turn of ours runs it within its lease (past the lease this
+        process may have been paused, a GC pause or a frozen VM, while another replica took the claim over)."""
+        if not self.ledger.shared:
+            return True
+        lease_until = live.record.claim.lease_until
+        return live.running is not None and lease_until is not None and lease_until > self.clock.now()
 
     def running(self) -> dict[str, LiveTask]:
         """The tasks whose turn runs in this process."""

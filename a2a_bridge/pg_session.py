@@ -2,6 +2,7 @@
 and, on that same connection, LISTENs for what the other replicas commit (its loss is the loss of the session); the
 NOTIFY payloads the writes send at commit; and whether another session's process still lives."""
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
@@ -66,16 +67,23 @@ class SessionConnection:
         self.heard = heard
         self.lost = lost
         self._connection: AsyncConnection | None = None
+        self._closing: asyncio.Future[None] | None = None
+        """The close of a connection found terminated (kept so that it runs to its end)."""
 
     async def take(self, session: int) -> None:
         """Hold the lock of a (new) session generation and listen on its connection."""
         await self.drop()
         connection = await self.engine.connect()
-        await connection.execute(text("SELECT pg_advisory_lock(:ns, :id)"), {"ns": SESSION_LOCKS, "id": session})
-        await connection.commit()
-        driver = (await connection.get_raw_connection()).driver_connection
-        await driver.add_listener(CHANNEL, self._heard)
-        driver.add_termination_listener(self._terminated)
+        try:
+            await connection.execute(text("SELECT pg_advisory_lock(:ns, :id)"), {"ns": SESSION_LOCKS, "id": session})
+            await connection.commit()
+            driver = (await connection.get_raw_connection()).driver_connection
+            await driver.add_listener(CHANNEL, self._heard)
+            driver.add_termination_listener(self._terminated)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a connection that failed half-way: closed, whatever state it is in
+                await connection.close()
+            raise
         self._connection = connection
 
     async def drop(self) -> None:
@@ -90,5 +98,7 @@ class SessionConnection:
         self.heard(payload)
 
     def _terminated(self, _connection: object) -> None:
-        self._connection = None
+        """The session's connection is gone: it is closed (given back to the pool, not left to the garbage
+        collector) and the loss reported."""
+        self._closing = asyncio.ensure_future(self.drop())
         self.lost()

@@ -96,24 +96,27 @@ class ReplicaLink:
         )
 
     async def cancel_elsewhere(self, record: TaskRecord, context: ServerCallContext) -> Task:
-        """Leave a cancel request for the replica that runs the task (recovering the task at once, the request
-        honoured, if that replica is gone), and answer once the task has ended: its record is reread at each notice,
-        the task only once the record has ended."""
+        """Leave a cancel request for the replica that runs the task (recovering the task, the request honoured, once
+        that replica is gone or its lease has run out: a paused replica's turn is not waited for), and answer once the
+        task has ended: its record is reread at each notice, the task only once the record has ended."""
         env = self.env
         task_id, owner = record.task_id, owner_context(record.owner)
         await env.ledger.add_request(Request(task_id, "cancel", requester(context)), env.clock.now())
         session = record.claim.session_generation
         if not await env.ledger.session_alive(session):
             self.dead.add(session)
-            await self._recover_dead(record)
+            await self._recover_claim(record)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + env.settings.lease.total_seconds()
+        deadline = loop.time() + 2 * env.settings.lease.total_seconds() + SAFETY_NET
         while loop.time() < deadline:
             changed = env.changed(task_id)
-            if ended(await env.ledger.get(task_id)):
+            stored = await env.ledger.get(task_id)
+            if ended(stored):
                 task = await env.store.get(task_id, owner)
                 if task is not None and is_terminal(task.status.state):
                     return task
+            elif stored is not None and stored.claim.state in HELD and not self.held_elsewhere(stored.claim):
+                await self._recover_claim(stored)
             await until(changed, SAFETY_NET)
         task = await env.store.get(task_id, owner)
         if task is None:
@@ -146,7 +149,7 @@ class ReplicaLink:
                 if env.session and loop.time() >= next_sweep:
                     for record in await env.ledger.expired_claims(env.clock.now()):
                         if record.agent == env.agent and record.task_id not in running:
-                            await recover(record)
+                            await self._recover_claim(record)
                     next_sweep = loop.time() + env.settings.lease.total_seconds() / 3
             except Exception:  # noqa: BLE001 - a database fault: the next round tries again
                 log.exception("replica watch of agent %s failed; trying again", env.agent)
@@ -169,19 +172,22 @@ class ReplicaLink:
         running = self.table.running()
         for record in records:
             if record.claim.session_generation in self.dead and record.task_id not in running:
-                await self._recover_dead(record)
+                await self._recover_claim(record)
 
-    async def _recover_dead(self, record: TaskRecord) -> None:
-        """Recover a claim whose replica is gone, with the cancel requests left for it recorded on the claim first."""
+    async def _recover_claim(self, record: TaskRecord) -> None:
+        """Recover a claim whose replica is gone or whose lease ran out, with the cancel requests left for it recorded on
+        the claim first (so that the recovery honours them instead of running the work again)."""
         env = self.env
-        pending = [request for request in await env.ledger.take_requests([record.task_id]) if request.kind == "cancel"]
         live = await self.table.acquire(record.task_id, owner_context(record.owner))
         try:
             if live.canceling is not None:
                 return
             await self.writer.refresh(live)
             expected = live.record.claim
-            if pending and expected.state in HELD and not expected.cancellation_requested:
+            if expected.state not in HELD or live.running is not None or self.held_elsewhere(expected):
+                return
+            pending = [request for request in await env.ledger.take_requests([record.task_id]) if request.kind == "cancel"]
+            if pending and not expected.cancellation_requested:
                 self.writer.post(live, Op("request_cancel"), {"requested_by": pending[0].requested_by})
                 if not await self.writer.commit_at_rest(live, expected):
                     live.record.claim = expected

@@ -6,7 +6,7 @@ those of a replica that died."""
 import asyncio
 import logging
 
-from a2a_bridge.clock import Clock
+from a2a_bridge.clock import Clock, StoreClock
 from a2a_bridge.ledger import Ledger
 from a2a_bridge.task_host import TaskHost
 
@@ -14,6 +14,8 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 1.0
 """Seconds between attempts to take a new session while the database does not answer."""
+CLOCK_SYNC_SECONDS = 5.0
+"""Seconds between measures of a `StoreClock`'s offset to the database's clock."""
 
 
 class SessionKeeper:
@@ -26,6 +28,7 @@ class SessionKeeper:
         self.session = 0
         """The session generation held now; 0 while none is."""
         self._regaining: asyncio.Future[None] | None = None
+        self._syncing: asyncio.Future[None] | None = None
         ledger.on_lost(self._lost)
 
     @property
@@ -34,9 +37,22 @@ class SessionKeeper:
         return self.session != 0
 
     async def start(self) -> None:
+        """Take a session and start the hosts on it; a `StoreClock` is set to the database's clock first, and kept so."""
+        if isinstance(self.clock, StoreClock):
+            await self.clock.sync(self.ledger.store_time)
+            self._syncing = asyncio.ensure_future(self._sync(self.clock))
         self.session = await self.ledger.start_session(self.clock.now())
         for host in self.hosts:
             await host.start(self.session)
+
+    async def _sync(self, clock: StoreClock) -> None:
+        """Measure the clock's offset again every CLOCK_SYNC_SECONDS (a database that does not answer: next time)."""
+        while True:
+            await asyncio.sleep(CLOCK_SYNC_SECONDS)
+            try:
+                await clock.sync(self.ledger.store_time)
+            except Exception as error:  # noqa: BLE001 - the database is away: the offset measured last stands
+                log.debug("clock offset not measured: %s", type(error).__name__)
 
     def _lost(self) -> None:
         log.error("session %s is lost with its database connection: this replica takes no turn until it has a new one", self.session)
@@ -63,6 +79,7 @@ class SessionKeeper:
             self._regaining = None
 
     async def stop(self) -> None:
-        if self._regaining is not None:
-            self._regaining.cancel()
-            await asyncio.gather(self._regaining, return_exceptions=True)
+        jobs = [job for job in (self._regaining, self._syncing) if job is not None]
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)

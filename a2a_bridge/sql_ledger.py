@@ -24,7 +24,7 @@ from a2a_bridge.ledger import (
     Notice,
     Request,
     SentMessage,
-    TaskEnded,
+    Fenced,
     TaskExists,
     TaskQuery,
     TaskRecord,
@@ -62,12 +62,20 @@ from a2a_bridge.store_faults import StoreHealth, transient
 
 log = logging.getLogger(__name__)
 
+STORE_TIME = text("SELECT clock_timestamp()")
 _RECORD = select(records_table).where(records_table.c.task_id == bindparam("task_id"))
 """One task's record: built once, as building the statement costs more than its round trip."""
 
 
-def _missing_session_column(conn: Connection) -> bool:
-    return "session" not in {column["name"] for column in inspect(conn).get_columns(messages_table.name)}
+ADDED_COLUMNS = ((messages_table.name, "session", "INTEGER"), (records_table.name, "version", "INTEGER NOT NULL DEFAULT 0"))
+"""Columns added to a table after it was first made: (table, column, type); a database made before gets them at start."""
+
+
+def _missing_columns(conn: Connection) -> list[tuple[str, str, str]]:
+    """The columns of ADDED_COLUMNS that this database's tables lack."""
+    inspector = inspect(conn)
+    present = {table: {column["name"] for column in inspector.get_columns(table)} for table, _, _ in ADDED_COLUMNS}
+    return [(table, column, kind) for table, column, kind in ADDED_COLUMNS if column not in present[table]]
 
 
 class SqlLedger:
@@ -102,9 +110,9 @@ class SqlLedger:
         if not self._ready:
             async with self.engine.begin() as conn:
                 await conn.run_sync(metadata.create_all)
-                if await conn.run_sync(_missing_session_column):
-                    exists = " IF NOT EXISTS" if self.shared else ""
-                    await conn.execute(text(f"ALTER TABLE {messages_table.name} ADD COLUMN{exists} session INTEGER"))
+                exists = " IF NOT EXISTS" if self.shared else ""
+                for table, column, kind in await conn.run_sync(_missing_columns):
+                    await conn.execute(text(f"ALTER TABLE {table} ADD COLUMN{exists} {column} {kind}"))
             self._ready = True
 
     async def start_session(self, now: datetime) -> int:
@@ -159,6 +167,14 @@ class SqlLedger:
         """Whether the process of a session still runs: on SQLite only one process uses the file, so none other does."""
         return self.shared and await session_alive(self.engine, session)
 
+    async def store_time(self) -> datetime | None:
+        """The database's clock where replicas share it (PostgreSQL), the one clock their leases are read on; None on
+        SQLite (one process: its own clock)."""
+        if not self.shared:
+            return None
+        async with self.engine.connect() as conn:
+            return utc((await conn.execute(STORE_TIME)).scalar_one())
+
     async def close(self) -> None:
         await self._writes.close()
         await self._session.drop()
@@ -206,7 +222,7 @@ class SqlLedger:
     ) -> None:
         """Store the SDK task, its record, the claim events it posted and its event-log rows in one transaction
         (shared with the other writes of the moment: see group_commit). A new task is written only if absent
-        (TaskExists), a task whose stored record has ended never (TaskEnded)."""
+        (TaskExists), an existing one only over the record version its writer holds and never once ended (Fenced)."""
         await self._init()
         rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
         if not isinstance(store, DatabaseTaskStore):
@@ -218,7 +234,8 @@ class SqlLedger:
         await self._submit("save", write)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
-        """Store the record and its claim events; refused (TaskEnded) once the stored record has ended."""
+        """Store the record and its claim events, only over the version its writer holds and never once ended
+        (Fenced)."""
         await self._init()
         await self._submit("put", Save(None, None, row_values(record), event_rows(events)))
 
@@ -228,12 +245,12 @@ class SqlLedger:
             outcome = await self._writes.submit(write)
         finally:
             self._observe(operation, started)
-        if isinstance(outcome, TaskExists | TaskEnded):
+        if isinstance(outcome, TaskExists | Fenced):
             raise outcome
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
-        """Store the record only if its claim is still `expected` (generation and state) and has not ended: one
-        replica wins."""
+        """Store the record only if it is still the version its writer holds, its claim still `expected` (generation
+        and state), and not ended: one replica wins."""
         await self._init()
         self.health.ensure_writable()
         started = time.perf_counter()
@@ -254,6 +271,7 @@ class SqlLedger:
                 .where(
                     and_(
                         table.c.task_id == record.task_id,
+                        table.c.version == record.version - 1,
                         table.c.claim_generation == expected.claim_generation,
                         table.c.claim_state == expected.state,
                         table.c.claim_state.not_in(sorted(TERMINAL)),
@@ -363,7 +381,7 @@ class SqlLedger:
     async def remember(self, agent: str, owner: str, message_id: str, sent: SentMessage) -> SentMessage | None:
         await self._init()
         known = await self._writes.submit(Remember((agent, owner, message_id), sent))
-        assert not isinstance(known, TaskExists | TaskEnded)
+        assert not isinstance(known, TaskExists | Fenced)
         return known
 
     async def take_over(self, agent: str, owner: str, message_id: str, sender: int | None, session: int) -> bool:
@@ -435,7 +453,7 @@ class SqlLedger:
             if after.events:
                 await conn.execute(insert(claim_events_table), after.events)
             if after.logged:
-                await conn.execute(insert(events_table), after.logged)
+                await conn.execute(upsert_statement(self.engine.dialect.name, events_table), after.logged)
             changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
             await self._notify(conn, changed + event_notices(after.logged))
 

@@ -36,6 +36,11 @@ STATE_TABLE: dict[str, StateRow] = {
 }
 
 
+ENDED_BY_CLAIM: dict[str, str] = {
+    row.claim_state: name for name, row in reversed(STATE_TABLE.items()) if row.state_class is StateClass.TERMINAL
+}
+"""The A2A state that stands for each terminal claim state (the first row of the table that maps to it)."""
+
 NAMES: dict[int, str] = {number: name for name, number in TaskState.items()}
 """The wire name of each A2A state number (one string object per state)."""
 ROWS: dict[int, StateRow] = {number: STATE_TABLE[name] for number, name in NAMES.items() if name in STATE_TABLE}

@@ -10,10 +10,10 @@ from google.protobuf.json_format import ParseDict
 
 from a2a_bridge import claims, errors
 from a2a_bridge.auth import owner_context
-from a2a_bridge.claims import Op
+from a2a_bridge.claims import ClaimError, Op
 from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import TaskRecord
-from a2a_bridge.live_tasks import CANCELED_TEXT, TaskTable, agent_status, status_event_for
+from a2a_bridge.ledger import Fenced, TaskRecord
+from a2a_bridge.live_tasks import CANCELED_TEXT, LiveTask, TaskTable, agent_status, status_event_for
 from a2a_bridge.observability import about_task, left_task
 from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.task_writer import TaskWriter
@@ -44,11 +44,14 @@ class Sweeps:
                 await self.recover(record)
 
     async def recover(self, record: TaskRecord) -> None:
-        """A claim left by a process that stopped: fence it, then continue, cancel, or wait for an operator."""
+        """A claim left by a process that stopped or whose lease ran out: fence it, then cancel it (a cancel is
+        pending), continue it (its work is safe to repeat), or wait for an operator."""
         env, writer = self.env, self.writer
         live = await self.table.acquire(record.task_id, owner_context(record.owner))
         scope = about_task(env.agent, record.task_id, lambda: live.record.claim.claim_generation, "recovering a claim")
         try:
+            if live.canceling is not None:
+                return
             await writer.refresh(live)
             expected = live.record.claim
             if expected != record.claim:
@@ -58,13 +61,9 @@ class Sweeps:
                 live.record.claim = expected
                 return
             if live.record.claim.cancellation_requested:
-                writer.post(
-                    live, Op("reconcile_cancelled", local_operation_stopped=True), {"reason": "the process running it stopped"}
-                )
-                canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, env.new_id())
-                await writer.apply(live, None, status_event_for(live.task, canceled), claim_ops=())
+                await self._end_canceled(live, "the process running it stopped")
             elif env.settings.repeat_safe:
-                env.spawn(self.runner.resume_turn(record.task_id, live.owner, record.signal, "reconcile_continue"))
+                env.spawn(self._continue(record))
             else:
                 waiting = agent_status(live.task, TaskState.TASK_STATE_AUTH_REQUIRED, RECONCILE_TEXT, env.new_id())
                 ParseDict({WHO_MUST_ACT: {"actor": "operator", "action": "reconcile"}}, waiting.message.metadata)
@@ -72,6 +71,27 @@ class Sweeps:
         finally:
             self.table.release(live)
             left_task(scope)
+
+    async def _continue(self, record: TaskRecord) -> None:
+        """Run a recovered claim's work again; a cancel recorded meanwhile, which refuses that turn, ends it CANCELED."""
+        owner = owner_context(record.owner)
+        if await self.runner.resume_turn(record.task_id, owner, record.signal, "reconcile_continue"):
+            return
+        live = await self.table.acquire(record.task_id, owner)
+        try:
+            async with live.turn_lock:
+                await self.writer.refresh(live)
+                claim = live.record.claim
+                if claim.state == claims.NEEDS_RECONCILIATION and claim.cancellation_requested:
+                    await self._end_canceled(live, "a cancel was requested before its work was run again")
+        finally:
+            self.table.release(live)
+
+    async def _end_canceled(self, live: LiveTask, reason: str) -> None:
+        """End a task whose claim was lost (needs_reconciliation) CANCELED, honouring the cancel recorded on it."""
+        self.writer.post(live, Op("reconcile_cancelled", local_operation_stopped=True), {"reason": reason})
+        canceled = agent_status(live.task, TaskState.TASK_STATE_CANCELED, CANCELED_TEXT, self.env.new_id())
+        await self.writer.apply(live, None, status_event_for(live.task, canceled), claim_ops=())
 
     async def reconcile(self, task_id: str, outcome: str, evidence: dict[str, Any]) -> TaskRecord:
         """An operator reports the actual outcome of a task in needs_reconciliation (the seed's four rows)."""
@@ -82,13 +102,14 @@ class Sweeps:
         live = await self.table.acquire(task_id, owner_context(record.owner))
         scope = about_task(env.agent, task_id, lambda: live.record.claim.claim_generation, f"reconcile: {outcome}")
         try:
+            await writer.refresh(live)
             operation = f"reconcile_{outcome}"
             if outcome == "continue":
                 check = Op(operation, session=env.session, evidence=evidence, local_operation_stopped=True)
                 claims.apply(live.record.claim, check, env.clock.now(), env.settings.lease)
                 await self.runner.resume_turn(task_id, live.owner, live.record.signal, operation, evidence, background=True)
                 return live.record.copy()
-            writer.post(live, Op(operation, local_operation_stopped=True), evidence)
+            target = writer.post(live, Op(operation, local_operation_stopped=True), evidence)
             note = str(evidence.get("note") or "no note")
             if outcome == "completed":
                 done = agent_status(live.task, TaskState.TASK_STATE_COMPLETED, f"Reconciled by an operator: {note}", env.new_id())
@@ -97,7 +118,12 @@ class Sweeps:
                 done = agent_status(live.task, TaskState.TASK_STATE_CANCELED, f"Canceled by an operator: {note}", env.new_id())
                 await writer.apply(live, None, status_event_for(live.task, done), claim_ops=())
             else:
-                await writer.put_record(live)
+                try:
+                    await writer.put_record(live)
+                except Fenced:
+                    await writer.kept.fenced(live)
+            if live.record.claim != target:
+                raise ClaimError("fenced", "another writer changed the task first: nothing was reconciled; read it again")
             return live.record.copy()
         finally:
             self.table.release(live)
@@ -152,8 +178,9 @@ class Sweeps:
             return
         live = await self.table.acquire(task_id, owner_context(record.owner))
         try:
+            await self.writer.refresh(live)
             deadline = live.record.idle_expires_at
-            if deadline is None or deadline > env.clock.now():
+            if deadline is None or deadline > env.clock.now() or self.runner.held_elsewhere(live.record.claim):
                 return
             if live.running is not None or live.turn_lock.locked():
                 env.deadlines.setdefault(task_id, deadline)  # input is starting a turn; look again at the next sweep

@@ -44,7 +44,7 @@ class TaskHost:
         settings: HostSettings | None = None,
     ) -> None:
         self.env = HostEnv(agent, executor, store, ledger, push_store, push, clock, new_id, settings or HostSettings())
-        self.table = TaskTable(agent, store, ledger)
+        self.table = TaskTable(agent, store, ledger, clock)
         self.writer = TaskWriter(self.env, self.table)
         self.replicas = ReplicaLink(self.env, self.table, self.writer)
         self.turns = TurnRunner(self.env, self.table, self.writer, self.replicas.held_elsewhere)

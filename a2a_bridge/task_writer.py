@@ -18,7 +18,7 @@ from a2a_bridge.auth import RESPONSIBLE_USER, store_context
 from a2a_bridge.claims import Claim, ClaimError, Op
 from a2a_bridge.host_env import HostEnv
 from a2a_bridge.kept_writes import KeptWrites, tell_store_down
-from a2a_bridge.ledger import ClaimEvent, TaskExists, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Fenced, TaskExists, TaskRecord
 from a2a_bridge.live_tasks import (
     FeedItem,
     Listener,
@@ -45,6 +45,8 @@ MAX_DEFERRED = 8
 agent waits a turn of the event loop, so a listener reads the first events while the agent still produces (never all
 of them at the end: a save on the memory store finishes without waiting)."""
 FAILED_TEXT = "The agent stopped with an internal error; the task has ended."
+LOST_CLAIM = frozenset({"lease_expired", "stale_claim"})
+"""The refusals of an agent's event that say its turn no longer holds the claim: the turn is fenced, and stops."""
 CANCEL_TURN = 0
 """The turn of the events an agent reports from cancel(): it speaks for the current claim."""
 
@@ -155,27 +157,36 @@ class TaskWriter:
         """Store a claim change made while no turn runs, only if no other replica changed the claim first; raises
         StoreUnavailable (the claim back as `expected`) when the store does not answer."""
         async with live.save_lock:
+            live.record.version += 1
             try:
                 stored = await self.env.ledger.put_if(live.record, expected, self._posted(live))
             except Exception as error:
                 live.record.claim = expected
+                live.record.version -= 1
                 raise self._fault(live, error) from error
             if stored:
                 self._stored_claim(live)
+            else:
+                live.record.version -= 1
             return stored
 
     async def refresh(self, live: LiveTask) -> None:
-        """Reread a task that no turn of this process runs: another replica may have changed it (its record first: the
-        task changes only with the revision)."""
-        if not self.env.ledger.shared or live.running is not None or live.retrying is not None:
+        """Reread a task whose copy here may be stale: no turn of this process runs it (another replica may have
+        changed it), or the lease of the turn that runs it has passed (this process may have been paused while another
+        replica took the claim over). Its record first: the task changes only with the record's version."""
+        if not self.env.ledger.shared or live.retrying is not None or self.table.trusted(live):
             return
-        stored = await self.env.ledger.get(live.task.id)
-        if stored is not None and (stored.revision, stored.claim, stored.signal) == (live.record.revision, live.record.claim, live.record.signal):
-            return
-        found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
-        if found is not None:
-            live.record, live.task = found
-            live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
+        async with live.save_lock:
+            stored = await self.env.ledger.get(live.task.id)
+            if stored is not None and stored.version == live.record.version:
+                return
+            if live.running is None:
+                found = await self.env.ledger.read(live.task.id, self.env.store, live.owner)
+                if found is not None:
+                    live.record, live.task = found
+                    live.durable, live.bytes = (snapshot(live.task), live.record.copy()), None
+                return
+        await self.kept.fenced(live)
 
     async def save(self, live: LiveTask, changes: int = 1, items: Sequence[FeedItem] = ()) -> int:
         """Store the task and its record with the revision moved once per change it holds (`items`, when given, are
@@ -187,7 +198,7 @@ class TaskWriter:
         write = self._write(live, changes, items, snapshot(live.task))
         if self.env.ledger.writes_at_once:
             return await eager.shielded(write)
-        return await asyncio.shield(write)
+        return await eager.shield(write)
 
     async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
         env = self.env
@@ -196,6 +207,7 @@ class TaskWriter:
             before = record.revision
             stored = (record.state, record.notifications, record.idle_expires_at)
             record.revision += changes
+            record.version += 1
             record.state = state_name(persisted.status.state)
             record.notifications = next_notifications(record.notifications, persisted, record.responsible_user, env.clock.now())
             lifespan = env.settings.idle_lifespan
@@ -214,10 +226,12 @@ class TaskWriter:
                 owner = store_context(record.owner)
                 await env.ledger.save(env.store, persisted, owner, record, posted, new=live.durable is None, log=logged)
             except Exception as error:
-                record.revision = before
-                record.state, record.notifications, record.idle_expires_at = stored
-                live.claim_log[:0] = posted
-                raise self._fault(live, error) from error
+                if not (isinstance(error, Fenced) and await self._landed(record)):
+                    record.revision = before
+                    record.version -= 1
+                    record.state, record.notifications, record.idle_expires_at = stored
+                    live.claim_log[:0] = posted
+                    raise self._fault(live, error) from error
             live.durable = (persisted, record.copy())
             if record.idle_expires_at is not None:
                 env.deadlines[record.task_id] = record.idle_expires_at
@@ -231,14 +245,41 @@ class TaskWriter:
         the store is down the change is kept, stored by the retrier once it is back, and StoreUnavailable raised."""
         async with live.save_lock:
             posted = self._posted(live)
+            live.record.version += 1
             try:
                 await self.env.ledger.put(live.record, posted)
+            except Fenced as fenced:
+                if not await self._landed(live.record):
+                    live.record.version -= 1
+                    raise fenced
             except Exception as error:
+                live.record.version -= 1
                 live.claim_log[:0] = posted
                 fault = self._fault(live, error)
                 self.kept.keep(live)
                 raise fault from error
             self._stored_claim(live)
+
+    async def store_claim(self, live: LiveTask) -> bool:
+        """`put_record` for a caller that goes on whatever the store says (a renewal, a window, a claim handed back):
+        a store that is down keeps the change for the retrier; False when the write was fenced (the task is then as
+        stored and this process's turn of it stopped: `KeptWrites.fenced`)."""
+        try:
+            await self.put_record(live)
+        except StoreUnavailable:
+            return True
+        except Fenced:
+            await self.kept.fenced(live)
+            return False
+        return True
+
+    async def _landed(self, written: TaskRecord) -> bool:
+        """Whether a write refused as fenced had in fact been stored by an earlier attempt whose answer was lost (a
+        connection that failed at commit): the stored record is the very one written."""
+        stored = await self.env.ledger.get(written.task_id)
+        return stored is not None and (stored.version, stored.revision, stored.claim) == (
+            written.version, written.revision, written.claim
+        )
 
     @staticmethod
     def _fault(live: LiveTask, error: Exception) -> Exception:
@@ -254,16 +295,18 @@ class TaskWriter:
         """The claim just stored joins the stored view; the status fields and the task there are unchanged."""
         if live.durable is not None:
             task, record = live.durable
-            live.durable = (task, replace(record, claim=live.record.claim, signal=live.record.signal))
+            live.durable = (task, replace(record, claim=live.record.claim, signal=live.record.signal, version=live.record.version))
 
     @staticmethod
     def publish(live: LiveTask, turn: int | None, item: FeedItem, revision: int | None = None) -> None:
-        """Hand an item to each listener that follows this turn and takes it (`Listener.takes`); blocking callers get a
-        snapshot at interrupts. An item of a `revision` is skipped by a listener whose snapshot already holds that
-        revision."""
+        """Hand an item to each listener that follows this turn and takes it (`Listener.takes`); an item of the cancel
+        (`CANCEL_TURN`, which speaks for the current claim) to every listener, as the bridge's own, so a stream of the
+        canceled turn gets the task's end before the turn's; blocking callers get a snapshot at interrupts. An item of
+        a `revision` is skipped by a listener whose snapshot already holds that revision."""
         rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
+        everyone = turn == CANCEL_TURN
         for listener in live.listeners:
-            if listener.wants(turn) and (revision is None or revision > listener.after):
+            if (everyone or listener.wants(turn)) and (revision is None or revision > listener.after):
                 if rest and listener.snapshots:
                     listener.queue.put_nowait(snapshot(live.task))
                 elif listener.takes(item):
@@ -314,6 +357,8 @@ class TaskWriter:
         except ClaimError as refused:
             live.record.claim = before
             log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
+            if turn not in (None, CANCEL_TURN) and refused.reason in LOST_CLAIM:
+                await self.kept.fenced(live)
             return False
         apply_event(live.task, event, self.env.clock.now())
         live.bytes = live.size() + grows
@@ -350,6 +395,12 @@ class TaskWriter:
         if not live.unsaved and not live.claim_log and live.retrying is None and not live.store_lock.locked():
             self.table.evict_if_idle(live)
             return True
+        return await eager.shielded(self._store_unsaved(live))
+
+    async def _store_unsaved(self, live: LiveTask) -> bool:
+        """`store_unsaved`'s write and what follows it, which a cancel of the caller does not interrupt (a turn stopped
+        by a lost session or a cancel while its events are being saved): the events saved are published, those the
+        store refused are kept for the retrier, so what this process holds and answers never runs ahead of the store."""
         refused: Exception | None = None
         async with live.store_lock:
             if live.retrying is not None:

@@ -2,7 +2,6 @@
 operation windows, the turn failed when the agent raises, and its callers told when it ends."""
 
 import asyncio
-import contextlib
 import logging
 from types import TracebackType
 from typing import Any
@@ -154,11 +153,12 @@ class TurnExecution:
         try:
             self.writer.post(live, Op("renew", session=self.env.session), {"renewed_by": "bridge"})
         except ClaimError as refused:
-            log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
+            if refused.reason == "lease_expired":
+                await self.writer.kept.fenced(live)
+            else:
+                log.warning("lease of task %s not renewed: %s", live.task.id, refused.detail)
             return False
-        with contextlib.suppress(StoreUnavailable):
-            await self.writer.put_record(live)
-        return True
+        return await self.writer.store_claim(live)
 
     async def open_window(self, live: LiveTask, turn: int, stage: str, seconds: int) -> None:
         if live.record.claim.claim_generation != turn:
@@ -171,8 +171,8 @@ class TurnExecution:
             # ahead of it would make that first save find the task stored already).
             await self.writer.store_unsaved(live)
             return
-        with contextlib.suppress(StoreUnavailable):
-            await self.writer.put_record(live)
+        if not await self.writer.store_claim(live):
+            raise ClaimError("stale_claim", "the turn's claim is no longer current")
 
     async def _fail(self, queue: TurnQueue) -> None:
         """The agent raised: its turn's callers are told and the task ends FAILED (kept for the store if it is down)."""

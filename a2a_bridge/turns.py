@@ -236,8 +236,7 @@ class TurnRunner:
         if live.durable is not None:
             live.task, live.bytes = snapshot(live.durable[0]), None
         self.writer.post(live, Op("ask", local_operation_stopped=True), {"turn_ended": True, "reason": "input not stored"})
-        with contextlib.suppress(StoreUnavailable):
-            await self.writer.put_record(live)
+        await self.writer.store_claim(live)
         if isinstance(error, A2AError):
             return error
         if transient(error):
@@ -259,9 +258,9 @@ class TurnRunner:
         operation: str,
         evidence: dict[str, Any] | None = None,
         background: bool = False,
-    ) -> None:
+    ) -> bool:
         """Claim the task for a turn resumed by `signal`, then run it: here, or (`background`) in a job of its own, once
-        the claim is stored."""
+        the claim is stored. False when the claim refused the turn (raised instead with `background`)."""
         live = await self.table.acquire(task_id, context)
         try:
             await live.turn_lock.acquire()
@@ -273,7 +272,7 @@ class TurnRunner:
                 log.warning("could not resume task %s: %s", task_id, refused.detail)
                 live.turn_lock.release()
                 self.table.release(live)
-                return
+                return False
         except BaseException:
             if live.turn_lock.locked():
                 live.turn_lock.release()
@@ -284,6 +283,7 @@ class TurnRunner:
             self.env.spawn(run)
         else:
             await run
+        return True
 
     async def _run_resumed(self, live: LiveTask, turn: int, context: ServerCallContext, signal: str | None) -> None:
         """Run a resumed turn whose claim is stored; releases the turn lock and the task."""

@@ -1,8 +1,10 @@
 """The ledger's contract, the same on every store (memory, SQLite, and PostgreSQL where the tests have one): a new
-task is written only if absent (TaskExists), a task whose stored claim has ended is never written again (TaskEnded,
-for saves, record writes and compare-and-set alike) but by the claim that ended it writing the same end, the event log rows go with their save, `read` gives a record and
-its task of one revision, and saves batched into one transaction each get their own answer; tasks are counted by agent
-and state, and listed newest first by agent, by state and page by page from a cursor."""
+task is written only if absent (TaskExists); an existing one only over the record version its writer holds (a writer
+that read an older version, a replica paused while another took its claim over, writes nothing: Fenced), and never
+once its claim has ended but by the claim that ended it writing the same end (Fenced, for saves, record writes and
+compare-and-set alike); the event log rows go with their save, `read` gives a record and its task of one revision, and
+saves batched into one transaction each get their own answer; tasks are counted by agent and state, and listed newest
+first by agent, by state and page by page from a cursor."""
 
 import asyncio
 import os
@@ -17,7 +19,7 @@ from a2a.types import Task, TaskState, TaskStatus
 
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim
-from a2a_bridge.ledger import ClaimEvent, Ledger, SentMessage, TaskEnded, TaskExists, TaskQuery, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Fenced, Ledger, SentMessage, TaskExists, TaskQuery, TaskRecord
 from a2a_bridge.store import StoreConfig, Stores
 
 OWNER = "alice"
@@ -39,8 +41,13 @@ def task(task_id: str, state: "TaskState.ValueType") -> Task:
     return Task(id=task_id, context_id="c", status=TaskStatus(state=state))
 
 
-def record(task_id: str, claim_state: str, revision: int) -> TaskRecord:
-    return TaskRecord(task_id, "agent", OWNER, OWNER, datetime.now(UTC), "working", revision, claim=Claim(state=claim_state))
+def record(task_id: str, claim_state: str, revision: int, version: int | None = None, generation: int = 1) -> TaskRecord:
+    """A record at `revision`, written as `version` (the revision unless said)."""
+    claim = Claim(state=claim_state, claim_generation=generation)
+    return TaskRecord(
+        task_id, "agent", OWNER, OWNER, datetime.now(UTC), "working", revision, claim=claim,
+        version=revision if version is None else version,
+    )
 
 
 async def contract(url: str) -> None:
@@ -58,13 +65,29 @@ async def contract(url: str) -> None:
         found = await ledger.read(task_id, store, owner)
         assert found is not None and found[0].revision == 1 and found[1].status.state == TaskState.TASK_STATE_WORKING
 
-        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 2), [], log=[(2, "{}")])
-        with pytest.raises(TaskEnded):
-            await ledger.save(store, task(task_id, TaskState.TASK_STATE_COMPLETED), owner, record(task_id, "completed", 3), [])
-        with pytest.raises(TaskEnded):
-            await ledger.put(record(task_id, "claimed", 3), [])
-        assert not await ledger.put_if(record(task_id, "claimed", 3), Claim(state="failed"), [])
-        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 3), [])
+        with pytest.raises(Fenced):
+            await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 2, 3), [])
+        await ledger.put(record(task_id, "claimed", 1, 2, generation=2), [])
+        with pytest.raises(Fenced):
+            await ledger.save(
+                store, task(task_id, TaskState.TASK_STATE_COMPLETED), owner, record(task_id, "completed", 2, 2), [],
+                log=[(2, "{}")],
+            )
+        with pytest.raises(Fenced):
+            await ledger.put(record(task_id, "claimed", 1, 2), [])
+        assert not await ledger.put_if(record(task_id, "needs_reconciliation", 1, 2), Claim(state="claimed", claim_generation=2), [])
+        found = await ledger.read(task_id, store, owner)
+        assert found is not None and (found[0].version, found[0].claim.claim_generation) == (2, 2), "a fenced write changes nothing"
+        if url != "memory":
+            assert await ledger.events_after(task_id, 0) == [], "nor writes its event log"
+
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 2, 3, 2), [], log=[(2, "{}")])
+        with pytest.raises(Fenced):
+            await ledger.save(store, task(task_id, TaskState.TASK_STATE_COMPLETED), owner, record(task_id, "completed", 3, 4, 2), [])
+        with pytest.raises(Fenced):
+            await ledger.put(record(task_id, "claimed", 3, 4, 2), [])
+        assert not await ledger.put_if(record(task_id, "claimed", 3, 4, 2), Claim(state="failed", claim_generation=2), [])
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 3, 4, 2), [])
         found = await ledger.read(task_id, store, owner)
         assert found is not None and found[0].claim.state == "failed" and found[1].status.state == TaskState.TASK_STATE_FAILED
 
@@ -78,17 +101,20 @@ async def contract(url: str) -> None:
             for i in ended
         ))
         answers = await asyncio.gather(
-            *(ledger.save(store, task(i, TaskState.TASK_STATE_WORKING), owner, record(i, "claimed", 3), [], log=[(3, "{}")]) for i in ids),
+            *(
+                ledger.save(store, task(i, TaskState.TASK_STATE_WORKING), owner, record(i, "claimed", 3, 3 if i in ended else 2), [], log=[(3, "{}")])
+                for i in ids
+            ),
             return_exceptions=True,
         )
-        assert [type(answer) for answer in answers] == [TaskEnded] * 3 + [type(None)] * 3
+        assert [type(answer) for answer in answers] == [Fenced] * 3 + [type(None)] * 3
         for i in ids:
             found = await ledger.read(i, store, owner)
             assert found is not None
             assert (found[0].revision, found[0].claim.state) == ((2, "completed") if i in ended else (3, "claimed"))
             if url != "memory":
                 assert [seq for seq, _ in await ledger.events_after(i, 0)] == ([2] if i in ended else [3])
-        assert await ledger.put_if(record(ids[4], "claimed", 4), Claim(state="claimed"), [])
+        assert await ledger.put_if(record(ids[4], "claimed", 4, 3), Claim(state="claimed", claim_generation=1), [])
     finally:
         await ledger.close()
         await stores.close()

@@ -1,6 +1,7 @@
 """A user's own agents, served with `serve --agent tests.user_agents:NAME` by tests/test_your_agent.py: `steady`
 (repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory); and by tests/test_replica_races.py `dies_at_cancel`
-(repeat-safe), whose cancel() kills its own server. The first run of a task waits to be killed; a later run completes
+(repeat-safe), whose cancel() kills its own server; by tests/test_stream_ends.py `cleans_up`, whose cancel() reports an
+artifact before the cancel. The first run of a task waits to be killed; a later run completes
 at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`. And by tests/test_agent_errors.py
 `raising`, which raises from a function of its own (`fail`) at once, or in a task's second turn."""
 
@@ -76,6 +77,21 @@ def once() -> Agent:
 
 
 dies_at_cancel = Agent("dies-at-cancel", card("dies-at-cancel"), DiesAtCancel(), repeat_safe=True)
+
+CLEANED_UP = "the scratch space was removed"
+"""The artifact `cleans_up` reports from cancel()."""
+
+
+class CleansUp(Marked):
+    """Marked, but its cancel() reports what it cleaned up (an artifact) before it reports the cancel."""
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        await updater.add_artifact([Part(text=CLEANED_UP)], name="cleanup")
+        await updater.cancel()
+
+
+cleans_up = Agent("cleans-up", card("cleans-up"), CleansUp(), repeat_safe=True)
 
 
 RAISED = "the raising agent gave up"
