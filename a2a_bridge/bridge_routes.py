@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import caller_name, header, may_see, owner_context, route_path
+from a2a_bridge.auth import Principal, caller_name, header, may_see, owner_context, route_path
 from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
 from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
@@ -23,7 +23,7 @@ from a2a_bridge.live_tasks import REQUESTED_BY
 from a2a_bridge.states import state_name
 from a2a_bridge.store_faults import StoreUnavailable
 from a2a_bridge.task_host import TaskHost
-from a2a_bridge.task_status import ActionRequest, action_requests, status_object
+from a2a_bridge.task_status import action_requests, status_object
 
 MAX_WAIT = 60.0
 CROSS_PROCESS_POLL = 0.5
@@ -50,17 +50,25 @@ class ActionRoute:
     choices: tuple[str, ...] = ()
     """The values `field` may take; empty when it must name the provider of a pending request."""
 
+    def body(self) -> str:
+        """The JSON body the endpoint takes, as a hint: `{"decision": "post"|"discard"}`, `{"provider": NAME}`."""
+        values = "|".join(f'"{choice}"' for choice in self.choices) or "NAME"
+        return f'{{"{self.field}": {values}}}'
+
 
 AUTHORIZE = ActionRoute("authorize", "authorize_provider", "provider", "authorized")
 REVIEW = ActionRoute("review", "review", "decision", "review", choices=("post", "discard"))
 
 
-def may_act(caller: str, request: ActionRequest, record: TaskRecord) -> bool:
-    """Whether the caller is the user who must act: the user the entry names, else the task's responsible user. An
-    anonymous task is shared by every anonymous caller, so they may act on it too."""
-    if caller and caller == (request.user or record.responsible_user):
-        return True
-    return not record.owner and not caller
+def may_act(caller: ServerCallContext, record: TaskRecord) -> bool:
+    """Whether the caller is the person who must act: the task's responsible user, whoever an entry names (an entry's
+    `user` may come from what the requester wrote, and a delegate or another user never answers a person's step). An
+    anonymous task is shared by every anonymous caller, so they act on it."""
+    name = caller_name(caller)
+    if not name:
+        return not record.owner
+    principal = caller.user
+    return name == record.responsible_user and not (isinstance(principal, Principal) and principal.kind == "agent")
 
 
 def actor(name: str) -> str:
@@ -71,6 +79,21 @@ def actor(name: str) -> str:
 def problem(code: int, status: str, message: str, **details: Any) -> JSONResponse:
     """An error body in the shape of the HTTP+JSON binding's errors."""
     return JSONResponse({"error": {"code": code, "status": status, "message": message, **details}}, status_code=code)
+
+
+OTHER_METHODS = ["GET", "PUT", "PATCH", "DELETE"]
+"""The methods a POST-only endpoint answers 405 (HEAD comes with GET)."""
+
+
+def post_only(hint: str) -> Callable[[Request], Awaitable[Response]]:
+    """The 405 of a POST-only endpoint (approve, review, …) opened with another method, such as a browser's GET."""
+
+    async def endpoint(_request: Request) -> Response:
+        answer = problem(405, "METHOD_NOT_ALLOWED", f"This link takes POST, not a browser's GET: {hint}")
+        answer.headers["Allow"] = "POST"
+        return answer
+
+    return endpoint
 
 
 def not_found(task_id: str) -> JSONResponse:
@@ -139,7 +162,14 @@ class BridgeEndpoints:
             routes.append(Route("/approve/{task_id}", self.approve, methods=["POST"]))
         for action in actions:
             routes.append(Route(f"/tasks/{{task_id}}/{action.path}", self.answering(action), methods=["POST"]))
-        return routes
+        operator = "with the operator's bearer token"
+        hints = {
+            "/tasks/{task_id}/reconcile": f'POST {{"outcome": "completed"|"cancelled"|"continue"|"uncertain"}} {operator}',
+            "/tasks/{task_id}/cancel": f"POST {operator}",
+            **({"/approve/{task_id}": f"POST {operator}"} if approvals else {}),
+            **{f"/tasks/{{task_id}}/{action.path}": f"POST {action.body()}" for action in actions},
+        }
+        return routes + [Route(path, post_only(hint), methods=OTHER_METHODS) for path, hint in hints.items()]
 
     async def _view(self, task_id: str, context: ServerCallContext) -> tuple[dict[str, Any], TaskRecord] | None:
         found = await self.host.task_and_record(task_id, context)
@@ -327,19 +357,16 @@ class BridgeEndpoints:
         not exist. The record and the task are read for every caller, an unknown id too, so that a refusal and an
         unknown id cost the same."""
         task_id = request.path_params["task_id"]
-        caller = self.caller(request).user.user_name
+        context = self.caller(request)
+        caller = caller_name(context)
         record = await self.host.ledger.get(task_id)
         owner = owner_context(record.owner if record is not None else "")
         found = await self.host.task_and_record(task_id, owner)
-        if found is None or record is None or record.agent != self.host.agent or (record.owner and not caller):
+        if found is None or record is None or record.agent != self.host.agent:
             return not_found(task_id)
         task, record = found
-        pending = [
-            r
-            for r in action_requests(task)
-            if r.actor == "user" and r.action == route.action and may_act(caller, r, record)
-        ]
-        if not pending:
+        pending = [r for r in action_requests(task) if r.actor == "user" and r.action == route.action]
+        if not pending or not may_act(context, record):
             return not_found(task_id)
         try:
             body = await request.json()

@@ -85,12 +85,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def wanted_notifications(task: Task, responsible_user: str) -> list[tuple[str, str | None]]:
-    """(kind, provider) pairs the responsible user must act on; everyone else's actions raise nothing."""
+def wanted_notifications(task: Task) -> list[tuple[str, str | None]]:
+    """(kind, provider) pairs the responsible user must act on: every `actor: user` step is theirs, whoever its `user`
+    names (who answers comes from who the task is for, never from what the requester wrote); operators' and hosts'
+    actions raise nothing."""
     wanted: list[tuple[str, str | None]] = []
     key: tuple[str, str | None]
     for request in action_requests(task):
-        if request.actor != "user" or (request.user or responsible_user) != responsible_user:
+        if request.actor != "user":
             continue
         if request.action == "authorize_provider" and request.provider:
             key = ("user_auth_required", request.provider)
@@ -104,8 +106,9 @@ def wanted_notifications(task: Task, responsible_user: str) -> list[tuple[str, s
 
 
 def next_notifications(previous: list[Notification], task: Task, responsible_user: str, now: datetime) -> list[Notification]:
-    """Notifications after a change: outstanding ones keep their `since`, new ones start now, resolved ones go."""
-    wanted = wanted_notifications(task, responsible_user)
+    """The responsible user's notifications after a change: outstanding ones keep their `since`, new ones start now,
+    resolved ones go. Every user step is the responsible user's, so `responsible_user` does not filter them."""
+    wanted = wanted_notifications(task)
     if not wanted:
         return []
     kept = {(n.kind, n.provider): n for n in previous}

@@ -27,7 +27,8 @@ ANSWER = (
 )
 ASK_BASE = "Which base branch should I compare this diff against?"
 REVIEW_GATE = re.compile(r"\bask\s+([\w.@-]+)\s+before\s+posting\b", re.IGNORECASE)
-"""'ask me before posting' (the responsible user) or 'ask NAME before posting' (another user)."""
+"""'ask me before posting' or 'ask NAME before posting': a review step, which the task's responsible user answers
+whatever name the text gives (who answers never comes from what the requester wrote)."""
 POST_QUESTION = "Post these findings to the pull request?"
 DECIDED = "review:"
 """The prefix of the signal that resumes a task with the reviewer's decision: review:post or review:discard."""
@@ -109,21 +110,13 @@ def findings_for(diff: str) -> list[dict[str, object]]:
     ]
 
 
-def reviewer_asked(texts: list[str]) -> str | None:
-    """Who must decide whether the findings are posted ("me" or a name), or None when the findings need no decision."""
-    for text in reversed(texts):
-        match = REVIEW_GATE.search(text)
-        if match:
-            return match.group(1)
-    return None
+def review_asked(texts: list[str]) -> bool:
+    """Whether the request asks for a decision before the findings are posted."""
+    return any(REVIEW_GATE.search(text) for text in texts)
 
 
-def review_request(reviewer: str) -> dict[str, str]:
-    """The who-must-act entry of the review step; "me" is the task's responsible user, so it names nobody."""
-    request = {"actor": "user", "action": "review"}
-    if reviewer.lower() != "me":
-        request["user"] = reviewer
-    return request
+REVIEW_REQUEST = {"actor": "user", "action": "review"}
+"""The who-must-act entry of the review step: it names nobody, so the task's responsible user decides."""
 
 
 def last_question(task: Task | None) -> str | None:
@@ -181,13 +174,12 @@ class CodeReviewer(KitAgent):
             name="review.json",
             last_chunk=True,
         )
-        reviewer = reviewer_asked(texts)
-        if reviewer is not None:
+        if review_asked(texts):
             base_url = context.call_context.state.get("base_url", "") if context.call_context else ""
             await out.status(
                 TaskState.TASK_STATE_AUTH_REQUIRED,
                 f"{POST_QUESTION} Answer post or discard at {base_url}/tasks/{out.task_id}/review",
-                {WHO_MUST_ACT: review_request(reviewer)},
+                {WHO_MUST_ACT: dict(REVIEW_REQUEST)},
             )
             return
         await out.status(TaskState.TASK_STATE_COMPLETED, f"{len(findings)} {noun}")

@@ -16,12 +16,15 @@ from tests.security_support import (
     OPS_TOKEN,
     PLANNER,
     PLANNER_TOKEN,
+    OPS,
     get_task,
     message,
+    normalized,
     review_message,
     secured_server,
     start,
     status_body,
+    wait_state,
 )
 from tests.support import ServerProcess, rpc
 
@@ -139,3 +142,33 @@ def test_alice_answers_the_input_a_task_created_for_her_asks_for_and_bob_cannot(
     answered = rpc(reviewer, "SendMessage", {"message": message("main", taskId=created["id"])}, headers=ALICE)
     assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert httpx.get(f"{reviewer}/tasks/{created['id']}/status", headers=BOB, timeout=10).status_code == 404
+
+
+@pytest.mark.parametrize("named", ["planner", "bob"])
+def test_only_alice_answers_the_review_step_of_a_task_a_delegate_created_for_her(secured: ServerProcess, named: str) -> None:
+    """Who answers a person's step comes from who the task is for, never from the text the delegate wrote: "ask
+    planner" or "ask bob" still asks alice, and the delegate, bob and the operator get the unknown task's answer."""
+    reviewer = secured.agent("code-reviewer")
+    created = start(reviewer, review_message(
+        f"Review this diff against main, ask {named} before posting",
+        metadata={ON_BEHALF_OF: {"parentTask": waiting_review(secured, ALICE)}},
+    ), PLANNER)
+    task_id = created["id"]
+    assert created["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    unknown = normalized(httpx.post(f"{reviewer}/tasks/no-such-task/review", json={"decision": "post"}, headers=BOB,
+                                    timeout=30), "no-such-task")
+    for someone_else in (PLANNER, BOB, OPS):
+        refused = httpx.post(f"{reviewer}/tasks/{task_id}/review", json={"decision": "post"}, headers=someone_else,
+                             timeout=30)
+        assert normalized(refused, task_id) == unknown, someone_else
+    assert get_task(reviewer, task_id, ALICE)["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    waiting = status_body(reviewer, task_id, ALICE)
+    assert waiting["responsible_user"] == "alice"
+    assert [n["kind"] for n in waiting["status"]["notifications"]] == ["review_required"]
+    answered = httpx.post(f"{reviewer}/tasks/{task_id}/review", json={"decision": "post"}, headers=ALICE, timeout=30)
+    assert answered.status_code == 200, answered.text
+    wait_state(reviewer, task_id, ALICE, "TASK_STATE_COMPLETED")
+    claim = httpx.get(f"{reviewer}/tasks/{task_id}/claim", headers=ALICE, timeout=30).json()
+    assert [e["evidence"] for e in claim["events"] if e["operation"] == "resume"] == [
+        {"signal": "review:post", "by": "alice"}
+    ]

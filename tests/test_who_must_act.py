@@ -244,22 +244,22 @@ def test_review_step_for_the_responsible_user_raises_review_required(bridge: Ser
     assert done["status"]["message"]["parts"][0]["text"] == "2 findings posted to the pull request"
 
 
-def test_review_step_for_another_user_raises_nothing_and_that_user_decides(bridge: ServerProcess) -> None:
+def test_a_review_step_that_names_another_user_is_the_responsible_users(bridge: ServerProcess) -> None:
+    """"ask bob" in alice's text does not let bob decide alice's task: alice is notified and decides."""
     reviewer = bridge.agent("code-reviewer")
     task = review(bridge, "Review this diff against main, ask bob before posting", ALICE)
     task_id = task["id"]
     assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
-    assert task["status"]["message"]["metadata"] == {WHO_MUST_ACT: {"actor": "user", "action": "review", "user": "bob"}}
+    assert task["status"]["message"]["metadata"] == {WHO_MUST_ACT: {"actor": "user", "action": "review"}}
     waiting = status_of(reviewer, task_id, ALICE)
     assert waiting["responsible_user"] == "alice"
-    assert waiting["status"]["phase"] == "processing" and waiting["status"]["notifications"] == []
-    polled_steadily(reviewer, task_id, ALICE, waiting)
+    assert kinds(waiting) == [("review_required", None)]
 
-    for not_bob in (ALICE, OPERATOR, ANONYMOUS):
-        assert answer(reviewer, task_id, "review", {"decision": "discard"}, not_bob).status_code == 404
+    for not_alice in (BOB, OPERATOR, ANONYMOUS):
+        assert answer(reviewer, task_id, "review", {"decision": "discard"}, not_alice).status_code == 404
 
     before = status_response(reviewer, task_id, ALICE)
-    decided = answer(reviewer, task_id, "review", {"decision": "discard"}, BOB)
+    decided = answer(reviewer, task_id, "review", {"decision": "discard"}, ALICE)
     assert decided.status_code == 200, decided.text
     changes = changes_until_terminal(reviewer, task_id, ALICE, before)
     assert all(change["status"]["notifications"] == [] for change in changes)
@@ -268,23 +268,21 @@ def test_review_step_for_another_user_raises_nothing_and_that_user_decides(bridg
     assert done["status"]["message"]["parts"][0]["text"] == "2 findings, not posted to the pull request"
 
 
-def test_anonymous_task_raises_for_its_anonymous_user_and_is_decided_by_anonymous_callers_or_the_named_user(
-    bridge: ServerProcess,
-) -> None:
+def test_anonymous_task_is_decided_by_anonymous_callers_only(bridge: ServerProcess) -> None:
     reviewer = bridge.agent("code-reviewer")
     mine = review(bridge, "Review this diff against main, ask me before posting", ANONYMOUS)
     theirs = review(bridge, "Review this diff against main, ask bob before posting", ANONYMOUS)
-    mine_status = status_of(reviewer, mine["id"], ANONYMOUS)
-    assert mine_status["responsible_user"] == "anonymous"
-    assert kinds(mine_status) == [("review_required", None)]
-    assert status_of(reviewer, theirs["id"], ANONYMOUS)["status"]["notifications"] == []
+    for task in (mine, theirs):
+        waiting = status_of(reviewer, task["id"], ANONYMOUS)
+        assert waiting["responsible_user"] == "anonymous"
+        assert kinds(waiting) == [("review_required", None)]
 
-    # Every anonymous caller shares an anonymous task, so any of them decides; a named user decides the step that
-    # names them; any other principal is told the task does not exist.
-    assert answer(reviewer, mine["id"], "review", {"decision": "discard"}, ALICE).status_code == 404
-    assert answer(reviewer, theirs["id"], "review", {"decision": "discard"}, ALICE).status_code == 404
-    assert answer(reviewer, mine["id"], "review", {"decision": "discard"}, ANONYMOUS).status_code == 200
-    assert answer(reviewer, theirs["id"], "review", {"decision": "discard"}, BOB).status_code == 200
+    # Every anonymous caller shares an anonymous task, so any of them decides; a named user, the one the text names
+    # included, is told the task does not exist.
+    for task in (mine, theirs):
+        for named in (ALICE, BOB):
+            assert answer(reviewer, task["id"], "review", {"decision": "discard"}, named).status_code == 404
+        assert answer(reviewer, task["id"], "review", {"decision": "discard"}, ANONYMOUS).status_code == 200
 
     def both_ended() -> bool:
         return all(
@@ -343,8 +341,6 @@ def pairs(notifications: list[Notification]) -> list[tuple[str, str | None]]:
         waiting_on({"actor": "operator", "action": "approve"}),
         waiting_on({"actor": "operator", "action": "reconcile"}),
         waiting_on({"actor": "host", "action": "configure_provider", "provider": "cloud-console"}),
-        waiting_on({"actor": "user", "action": "review", "user": "bob"}),
-        waiting_on(sign_in("cloud-console", user="bob")),
         waiting_on({"actor": "user", "action": "authorize_provider"}),
         waiting_on({"actor": "user", "action": "pay_invoice"}),
         waiting_on(["not an object", {"action": "review"}, {"actor": "user"}, {"actor": 1, "action": "review"}]),
@@ -358,8 +354,6 @@ def pairs(notifications: list[Notification]) -> list[tuple[str, str | None]]:
         "operator-approves",
         "operator-reconciles",
         "host-configuration",
-        "another-users-review",
-        "another-users-sign-in",
         "sign-in-without-provider",
         "unknown-action",
         "malformed-entries",
@@ -386,6 +380,15 @@ def test_a_single_object_and_a_review_addressed_by_name_to_the_responsible_user(
     (raised,) = next_notifications([], named, RESPONSIBLE, T0)
     assert (raised.kind, raised.provider, raised.since) == ("review_required", None, T0)
     assert raised.as_json() == {"kind": "review_required", "since": "2026-10-06T09:00:00.000Z"}
+
+
+def test_a_user_step_naming_another_user_is_still_the_responsible_users() -> None:
+    """Who must act comes from who the task is for, never from a name the requester's text put in the entry."""
+    task = waiting_on([{"actor": "user", "action": "review", "user": "bob"}, sign_in("cloud-console", user="bob")])
+    assert pairs(next_notifications([], task, RESPONSIBLE, T0)) == [
+        ("review_required", None),
+        ("user_auth_required", "cloud-console"),
+    ]
 
 
 def test_the_anonymous_responsible_user_is_asked_when_no_user_is_named() -> None:
