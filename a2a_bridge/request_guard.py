@@ -3,6 +3,7 @@ no other site when it writes (a cross-site form), and carrying at most one Autho
 
 import ipaddress
 import json
+import re
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -12,6 +13,10 @@ from a2a_bridge.config import split_host
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 """The names a server bound to loopback answers for by default, at any port."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+HOST_SYNTAX = re.compile(r"(?:([A-Za-z0-9](?:[A-Za-z0-9._-]{0,252}))|\[([0-9A-Fa-f:.]{2,45})\])(?::([0-9]{1,5}))?")
+"""A Host header as the server takes it: a name (letters, digits, `.`, `-`, `_`) or a bracketed IPv6 address, and an
+optional numeric port; nothing else (no `@`, `/`, second colon, zone or percent sign), so that a Host the guard let
+through is safe to put in a URL."""
 
 
 def is_loopback(bind: str) -> bool:
@@ -22,6 +27,23 @@ def is_loopback(bind: str) -> bool:
         return ipaddress.ip_address(bind.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def well_formed_host(host: str) -> bool:
+    """Whether a Host value is a name or a bracketed IPv6 address with an optional port from 1 to 65535."""
+    match = HOST_SYNTAX.fullmatch(host)
+    if match is None:
+        return False
+    address, port = match.group(2), match.group(3)
+    if port is not None and not 0 < int(port) < 65536:
+        return False
+    if address is None:
+        return True
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return True
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
@@ -54,8 +76,8 @@ def refusal(status: int, reason: str, message: str) -> tuple[dict[str, object], 
 
 
 class RequestGuard:
-    """ASGI, in front of everything the server answers: refuses a Host that is not allowed (421), a write whose Origin
-    is another site (403), and more than one Authorization header (400)."""
+    """ASGI, in front of everything the server answers: refuses a Host that is not well formed or not allowed (421), a
+    write whose Origin is another site (403), and more than one Authorization header (400)."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...], public_url: str | None = None) -> None:
         self.app = app
@@ -84,7 +106,9 @@ class RequestGuard:
                 origins.append(value.decode("latin-1"))
             elif key == b"authorization":
                 authorizations += 1
-        if self.allowed_hosts and (len(hosts) != 1 or not host_allowed(hosts[0], self.allowed_hosts)):
+        if len(hosts) > 1 or (hosts and not well_formed_host(hosts[0])):
+            return 421, "MISDIRECTED_REQUEST", "Send one Host header: a name or a bracketed IPv6 address, and a port"
+        if self.allowed_hosts and (not hosts or not host_allowed(hosts[0], self.allowed_hosts)):
             return 421, "MISDIRECTED_REQUEST", "This server does not answer for that Host (see --allowed-host)"
         if scope["method"] not in SAFE_METHODS and origins and not self.same_site(origins, hosts):
             return 403, "PERMISSION_DENIED", "Requests from another site's pages are refused"

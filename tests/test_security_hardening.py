@@ -140,6 +140,31 @@ def test_a_host_outside_the_allowed_hosts_is_refused(named: ServerProcess) -> No
         assert httpx.get(card, headers={"Host": host}, timeout=30).status_code == 200, host
 
 
+MALFORMED_HOSTS = (
+    "localhost:1@evil.example", "localhost@evil.example", "localhost:1/evil", "localhost:x", "localhost:1:2",
+    "localhost:99999", "localhost:", "[::1", "[::1]x", "[fe80::1%25eth0]", "local host", "localhost\\evil",
+)
+"""Host values that are not a name or a bracketed IPv6 address with an optional numeric port."""
+
+
+@pytest.mark.parametrize("allowed", [[], ["--allowed-host", "*"]], ids=["loopback-default", "any-host"])
+def test_a_host_that_is_not_a_name_and_a_port_is_refused_and_never_reaches_a_card(tmp_path: Path, allowed: list[str]) -> None:
+    """`Host: localhost:1@evil.example` once passed the allowed-host check (which read the name before the colon) and
+    put `http://localhost:1@evil.example/...` in a card cached for five minutes; every allowed-host setting, `*` too,
+    now refuses a Host that is not `name[:port]` or `[v6][:port]` with 421."""
+    server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", extra=allowed).start()
+    try:
+        card_url = server.agent("test-runner") + "/.well-known/agent-card.json"
+        for host in MALFORMED_HOSTS:
+            response = httpx.get(card_url, headers={"Host": host}, timeout=30)
+            assert response.status_code == 421, (host, response.text)
+            assert response.json()["error"]["status"] == "MISDIRECTED_REQUEST"
+        for host in (f"localhost:{server.port}", f"[::1]:{server.port}", "127.0.0.1"):
+            assert urls(card(server, "test-runner", host))[0] == f"http://{host}/test-runner/a2a/jsonrpc"
+    finally:
+        server.stop()
+
+
 def test_a_write_from_another_sites_page_is_refused(named: ServerProcess) -> None:
     rpc_url = named.agent("test-runner") + "/a2a/jsonrpc"
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message("hello")}}
