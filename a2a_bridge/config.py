@@ -52,6 +52,15 @@ class Limits:
     max_streams: int = 32
     """Streams one principal holds open at once, across agents: SendStreamingMessage, SubscribeToTask and the status
     stream (HTTP 429 past it). Every anonymous caller is one principal."""
+    max_waits: int = 32
+    """Long polls (`GET /{agent}/tasks/{id}/status?wait=S`) one principal holds open at once, across agents (HTTP
+    429 past it)."""
+    max_tasks_per_minute: int = 6000
+    """Messages that may start a task (SendMessage or SendStreamingMessage without a taskId) one principal sends in
+    any 60 seconds, across agents (HTTP 429, JSON-RPC -32600 naming the limit, past it)."""
+    max_stored_bytes: int = 1_073_741_824
+    """Bytes of messages one principal sends for the stores to keep (request bodies of SendMessage and
+    SendStreamingMessage), across agents, since the server started (HTTP 429, JSON-RPC -32600 past it)."""
     max_message_bytes: int = 1_048_576
     """Bytes of one message sent to an agent, its protobuf encoding (-32602 on message, HTTP+JSON 400)."""
     max_task_bytes: int = 16_777_216

@@ -1,10 +1,14 @@
 """Request limits in front of an agent's routes: the body's size, its JSON (valid UTF-8, not nested past what a
-parser can read, nothing the stores cannot hold: `a2a_bridge.storable`), and the streams each principal holds open.
-What a caller gets past each is in docs/security.md."""
+parser can read, nothing the stores cannot hold: `a2a_bridge.storable`), and what each principal holds and does: the
+streams and long polls it holds open, the tasks it starts a minute, the bytes it sends to be stored. What a caller
+gets past each is in docs/security.md."""
 
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from a2a.server.jsonrpc_models import JSONParseError
 from a2a.server.request_handlers.response_helpers import build_error_response
@@ -23,6 +27,15 @@ log = logging.getLogger(__name__)
 STREAM_METHODS = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 STREAM_SUFFIXES = ("/message:stream", ":subscribe", "/status/stream")
 """REST and bridge paths whose answer is a stream."""
+SEND_METHODS = frozenset({"SendMessage", "SendStreamingMessage"})
+SEND_SUFFIXES = ("/message:send", "/message:stream")
+"""REST paths that send a message."""
+STATUS_SUFFIX = "/status"
+STREAM = "stream"
+WAIT = "wait"
+"""The kinds of connection a principal holds open, each counted against its own limit."""
+WINDOW = 60.0
+"""Seconds over which `max_tasks_per_minute` counts."""
 INVALID_JSON = "Invalid JSON payload"
 PARSED_BODY = "a2a_bridge.parsed_body"
 """The scope key under which `RequestLimits` leaves the body it parsed (None when empty or not JSON) for the app."""
@@ -33,26 +46,72 @@ class ClientGone(Exception):
 
 
 class StreamSlots:
-    """How many streams each principal holds open, shared by every agent of a bridge."""
+    """What each principal holds and does, shared by every agent of a bridge: streams and long polls open, messages
+    that may start a task in the last minute, bytes of messages sent since the start."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._open: dict[str, int] = {}
+        """`max_streams`; other kinds name their limit when they take a slot."""
+        self._open: dict[tuple[str, str], int] = {}
+        self._starts: dict[str, deque[float]] = {}
+        self._sent: dict[str, int] = {}
 
-    def take(self, who: str) -> bool:
-        """Count one more stream for `who`; False (and nothing counted) at the limit."""
-        held = self._open.get(who, 0)
-        if held >= self.limit:
+    def take(self, who: str, kind: str = STREAM, limit: int = 0) -> bool:
+        """Count one more open connection of `kind` for `who`; False (and nothing counted) at the limit (`limit`, or
+        `max_streams` when 0)."""
+        key = (kind, who)
+        held = self._open.get(key, 0)
+        if held >= (limit or self.limit):
             return False
-        self._open[who] = held + 1
+        self._open[key] = held + 1
         return True
 
-    def give(self, who: str) -> None:
-        held = self._open.get(who, 0) - 1
+    def give(self, who: str, kind: str = STREAM) -> None:
+        key = (kind, who)
+        held = self._open.get(key, 0) - 1
         if held > 0:
-            self._open[who] = held
+            self._open[key] = held
         else:
-            self._open.pop(who, None)
+            self._open.pop(key, None)
+
+    def start(self, who: str, limit: int, now: float) -> bool:
+        """Count a message that may start a task; False (and nothing counted) when `who` sent `limit` of them in the
+        last `WINDOW` seconds."""
+        starts = self._starts.setdefault(who, deque())
+        while starts and starts[0] <= now - WINDOW:
+            starts.popleft()
+        if len(starts) >= limit:
+            return False
+        starts.append(now)
+        return True
+
+    def room(self, who: str, size: int, limit: int) -> bool:
+        """Whether `size` more bytes sent to be stored keep `who` within `limit`."""
+        return self._sent.get(who, 0) + size <= limit
+
+    def send(self, who: str, size: int) -> None:
+        """Count `size` bytes `who` sent to be stored."""
+        self._sent[who] = self._sent.get(who, 0) + size
+
+
+def starts_task(parsed: Any, rpc: bool) -> bool:
+    """Whether a send's message names no taskId, so that it may start a task."""
+    params = parsed.get("params") if rpc and isinstance(parsed, dict) else parsed
+    message = params.get("message") if isinstance(params, dict) else None
+    return not (isinstance(message, dict) and (message.get("taskId") or message.get("task_id")))
+
+
+def long_poll(scope: Scope, path: str) -> bool:
+    """Whether a request is a Task Status poll that waits (`?wait=S`, S above 0, as the endpoint reads the last)."""
+    if scope["method"] != "GET" or not path.endswith(STATUS_SUFFIX):
+        return False
+    waits = [value for name, value in parse_qsl(bytes(scope.get("query_string", b"")).decode("latin-1")) if name == "wait"]
+    if not waits:
+        return False
+    try:
+        return float(waits[-1]) > 0
+    except ValueError:
+        return False
 
 
 def nul_in_target(scope: Scope) -> bool:
@@ -65,7 +124,9 @@ class RequestLimits:
     """Refuses, before any route runs: a body over `max_body_bytes` (413), a body that is not UTF-8 or too deeply
     nested to parse (JSON-RPC -32700, otherwise 400), a U+0000 in the path or query and any value of the body the
     stores cannot hold (JSON-RPC -32602 naming the field, -32600 outside params, otherwise 400 naming the field),
-    and a stream past the caller's `max_streams` (429). A client that leaves while sending its body gets nothing.
+    a stream past the caller's `max_streams`, a long poll past its `max_waits`, a message that may start a task past
+    its `max_tasks_per_minute` and one whose bytes pass its `max_stored_bytes` (429; JSON-RPC -32600 naming the
+    limit). A client that leaves while sending its body gets nothing.
     Leaves the body it parsed in the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
 
     def __init__(
@@ -109,19 +170,43 @@ class RequestLimits:
             return
         method = parsed.get("method") if rpc and isinstance(parsed, dict) else None
         streaming = path.endswith(STREAM_SUFFIXES) or (isinstance(method, str) and method in STREAM_METHODS)
+        sending = (isinstance(method, str) and method in SEND_METHODS) or (
+            not rpc and scope["method"] == "POST" and path.endswith(SEND_SUFFIXES)
+        )
+        kind = STREAM if streaming else WAIT if long_poll(scope, path) else ""
         scope[PARSED_BODY] = parsed
         replay = _replaying(body, receive)
-        if not streaming:
+        if not kind and not sending:
             await self.app(scope, replay, send)
             return
         who = self.principal(scope)
-        if not self.slots.take(who):
-            await self._refuse(scope, receive, send, rpc, 429, "Too many open streams", "max_streams")
+        if sending:
+            over = self._over_budget(who, parsed, rpc, len(body))
+            if over is not None:
+                await self._refuse(scope, receive, send, rpc, 429, over[0], over[1])
+                return
+        if not kind:
+            await self.app(scope, replay, send)
+            return
+        if not self.slots.take(who, kind, self.limits.max_waits if kind == WAIT else 0):
+            if kind == WAIT:
+                await self._refuse(scope, receive, send, rpc, 429, "Too many open long polls", "max_waits")
+            else:
+                await self._refuse(scope, receive, send, rpc, 429, "Too many open streams", "max_streams")
             return
         try:
             await self.app(scope, replay, send)
         finally:
-            self.slots.give(who)
+            self.slots.give(who, kind)
+
+    def _over_budget(self, who: str, parsed: Any, rpc: bool, size: int) -> tuple[str, str] | None:
+        """The refusal's message and limit when a send passes the principal's tasks a minute or stored bytes."""
+        if not self.slots.room(who, size, self.limits.max_stored_bytes):
+            return "Too many bytes sent to be stored", "max_stored_bytes"
+        if starts_task(parsed, rpc) and not self.slots.start(who, self.limits.max_tasks_per_minute, time.monotonic()):
+            return "Too many tasks started in the last minute", "max_tasks_per_minute"
+        self.slots.send(who, size)
+        return None
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None once it passes the limit (by Content-Length or by what arrives)."""
@@ -152,6 +237,7 @@ class RequestLimits:
         self, scope: Scope, receive: Receive, send: Send, rpc: bool, status: int, message: str, limit: str
     ) -> None:
         detail = {"limit": limit, "max": getattr(self.limits, limit)}
+        log.warning("refused a request past %s (%s)", limit, detail["max"])
         if rpc:
             body = build_error_response(None, InvalidRequestError(message, data=detail))
         else:

@@ -20,6 +20,9 @@ import asyncpg
 from bench.load import sse_events
 from bench.status_poll import A2A_HEADERS, HOST, START_TIMEOUT, call, free_port, http_request, stop
 
+UNBOUNDED = ["--limit", f"max_tasks_per_minute={2**40}", "--limit", f"max_stored_bytes={2**50}"]
+"""The load generator is one principal sending as fast as it can: the per-principal rate and quota are lifted."""
+
 AGENT = "bench"
 PATH = f"/{AGENT}/a2a/jsonrpc"
 SAMPLE_TIMEOUT = 10.0
@@ -70,7 +73,7 @@ def replica(database: str, scratch: Path, name: str) -> Iterator[int]:
     """One `a2a-bridge serve --agent bench` process on the database; yields its port."""
     port = free_port()
     argv = [sys.executable, "-m", "a2a_bridge", "serve", "--agent", AGENT, "--store", database, "--host", HOST,
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *UNBOUNDED]
     with (scratch / f"replica-{name}.log").open("wb") as log:
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
     try:

@@ -35,7 +35,7 @@ from bench.load import RequestFor, drive, event_loop_factory, sse_events
 from bench.wrk import PLACEHOLDER
 from bench import wrk
 from bench.populate import clone_tasks
-from bench.replicas import WARMUP, ReplicaStats, measure_replicas, replicas_acceptance, replicas_table
+from bench.replicas import UNBOUNDED, WARMUP, ReplicaStats, measure_replicas, replicas_acceptance, replicas_table
 from bench.status_poll import (
     A2A_HEADERS,
     CLIENT_CORE,
@@ -205,7 +205,7 @@ def uvicorn_argv(factory: str, *options: str) -> Callable[[int, Path | None], li
 def bridge_argv(port: int, database: Path | None) -> list[str]:
     store = "memory" if database is None else f"sqlite:///{database}"
     return [sys.executable, "-m", "a2a_bridge", "serve", "--agent", AGENT, "--store", store, "--host", HOST,
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *UNBOUNDED]
 
 
 def node_version() -> str | None:
