@@ -243,6 +243,8 @@ class Bridge:
                 agent_interfaces,
             )
         self.sessions = SessionKeeper(self.ledger, [agent.host for agent in self.agents.values()], clock)
+        self.announce: Callable[[], None] | None = None
+        """Called once start-up is done, gRPC ports bound: `serve` logs its start-up banner (a2a_bridge.start_banner)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -253,6 +255,8 @@ class Bridge:
             await self._start_grpc(self.grpc)
         watch = asyncio.ensure_future(self.stores.health.watch())
         self.started = True
+        if self.announce is not None:
+            self.announce()
         yield
         self.started = False
         watch.cancel()

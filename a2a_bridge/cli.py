@@ -8,6 +8,7 @@ import ctypes.util
 import gc
 import importlib.metadata
 import ipaddress
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -46,11 +47,15 @@ from a2a_bridge.preflight import CannotStart, check_port, check_store
 from a2a_bridge.read_timeouts import timed
 from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.shutdown import BoundedServer, Draining
+from a2a_bridge.start_banner import Served, banner
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
 from a2a_bridge.kit import KIT_PORTS
 from a2a_bridge.agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
 from a2a_bridge.capture import recorder, replay_command
+
+
+log = logging.getLogger("a2a_bridge.serve")
 
 
 def user_token(text: str) -> tuple[str, Principal]:
@@ -157,11 +162,16 @@ def grpc_port(number: int, http_ports: set[int]) -> int:
     return number
 
 
+def http_url(bind: str, port: int) -> str:
+    """The address `serve` listens at, as a URL."""
+    return f"http://[{bind}]:{port}" if ":" in bind and not bind.startswith("[") else f"http://{bind}:{port}"
+
+
 def kit_url(bind: str, port: int) -> str:
     """The address of a kit port's agent, as cards name it: the kit's own `localhost:PORT` on loopback."""
     if is_loopback(bind):
         return f"http://localhost:{port}"
-    return f"http://[{bind}]:{port}" if ":" in bind and not bind.startswith("[") else f"http://{bind}:{port}"
+    return http_url(bind, port)
 
 
 DISTRIBUTION = "a2a-bridge"
@@ -290,6 +300,9 @@ async def serve(args: argparse.Namespace) -> None:
         except CannotStart:
             await stores.close()
             raise
+    kit = {name: kit_url(args.host, port) for name, port in KIT_PORTS.items() if args.kit_ports and name in bridge.agents}
+    served = Served(args.security.public_url or http_url(args.host, args.port), args.host, kit)
+    bridge.announce = lambda: log.info("%s", banner(installed_version(), bridge, served, args.store))
     app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()
     settle_allocator()

@@ -209,6 +209,76 @@ class GrpcAgent:
     needs_token: bool
 
 
+access = logging.getLogger("a2a_bridge.grpc.access")
+"""One line a gRPC call, at info (as uvicorn's access lines): caller, method, status."""
+
+
+class AccessLog(grpc.aio.ServerInterceptor):
+    """The gRPC counterpart of uvicorn's access line: `127.0.0.1:50312 - "gRPC /a2a.v1.A2AService/SendMessage" OK`,
+    logged when the call ends (a stream when it closes), with the status it ended with."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or not access.isEnabledFor(logging.INFO):
+            return handler
+        method = details.method  # type: ignore[attr-defined]
+        if handler.unary_unary is not None:
+            call = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                ended = "UNKNOWN"
+                try:
+                    answer = await call(request, context)
+                    ended = status_name(context)
+                    return answer
+                except grpc.aio.AbortError:
+                    ended = status_name(context)
+                    raise
+                finally:
+                    logged(context, method, ended)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            stream = handler.unary_stream
+
+            async def streamed(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterable[Any]:
+                ended = "UNKNOWN"
+                try:
+                    async for item in stream(request, context):
+                        yield item
+                    ended = status_name(context)
+                except grpc.aio.AbortError:
+                    ended = status_name(context)
+                    raise
+                finally:
+                    logged(context, method, ended)
+
+            return grpc.unary_stream_rpc_method_handler(
+                streamed, handler.request_deserializer, handler.response_serializer
+            )
+        return handler
+
+
+def status_name(context: grpc.aio.ServicerContext) -> str:
+    """The status a call ends with: the code the servicer set or aborted with, else OK."""
+    code = context.code()
+    if code is None:
+        return "OK"
+    return code.name if isinstance(code, grpc.StatusCode) else str(code)
+
+
+def logged(context: grpc.aio.ServicerContext, method: str, ended: str) -> None:
+    peer = context.peer() or ""
+    client = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    access.info('%s - "gRPC %s" %s', client, method, ended)
+
+
 class GrpcServers:
     """One grpc.aio server per agent, on `host`, at `first_port` and the ports after it (0: any free port each)."""
 
@@ -227,7 +297,7 @@ class GrpcServers:
             ("grpc.so_reuseport", 0),
         ]
         for index, agent in enumerate(agents):
-            server = grpc.aio.server(options=options)
+            server = grpc.aio.server(options=options, interceptors=[AccessLog()])
             servicer = BridgeGrpcHandler(agent.handler, agent.builder, agent.needs_token, self.slots)
             a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
             wanted = self.first_port + index if self.first_port else 0

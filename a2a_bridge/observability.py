@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -119,12 +120,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+warning_log = logging.getLogger("py.warnings")
+
+
+def log_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None
+) -> None:
+    """`warnings.showwarning` as one log line: the warning's category, text and where it was raised."""
+    warning_log.warning("%s: %s (%s:%s)", category.__name__, message, filename, lineno)
+
+
 def configure_logging(level: str, as_json: bool) -> None:
-    """The root handler on stderr: JSON lines or the plain text format, with the task fields on either."""
+    """The root handler on stderr: JSON lines or the plain text format, with the task fields on either; Python's
+    warnings (a library's `InsecureKeyLengthWarning`) go through it too, one line each (`log_warning`)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(TaskFields())
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    warnings.showwarning = log_warning
 
 
 TASK_PATH = re.compile(r"^/(?:console/api/tasks|(?P<agent>[^/]+)/(?:tasks|approve|a2a/rest/tasks))/(?P<task>[^/:?]+)")
@@ -168,11 +181,10 @@ ACCESS_LEVELS = ("info", "debug", "trace")
 
 
 def uvicorn_logging(args: argparse.Namespace) -> dict[str, Any]:
-    """uvicorn's own logging config, or none under --log-json so that its lines reach the JSON root handler; its access
-    log only at a level that shows it (uvicorn writes access lines at info, and formats each line's client and path
-    before the logger drops it)."""
-    access = args.log_level in ACCESS_LEVELS
-    return {"log_config": None, "access_log": access} if getattr(args, "log_json", False) else {"access_log": access}
+    """No logging config of uvicorn's own: its lines (`uvicorn.error`, `uvicorn.access`) reach the root handler, in the
+    bridge's format, plain or JSON; its access log only at a level that shows it (uvicorn writes access lines at info,
+    and formats each line's client and path before the logger drops it)."""
+    return {"log_config": None, "access_log": args.log_level in ACCESS_LEVELS}
 
 
 def sdk_tracing_from_argv(argv: Sequence[str]) -> None:
