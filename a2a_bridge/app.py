@@ -23,7 +23,7 @@ from a2a_bridge.agent import Agent
 from a2a_bridge.agent_mounts import AgentMounts
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
 from a2a_bridge.binding_paths import TrailingSlash
-from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls
+from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls, problem
 from a2a_bridge.card_caching import card_response
 from a2a_bridge.clock import Clock, StoreClock
 from a2a_bridge.config import SecurityConfig
@@ -120,8 +120,7 @@ class ServedAgent:
         """Card, JSON-RPC, HTTP+JSON and operator routes, relative to where the agent is mounted."""
 
         async def card(request: Request) -> Response:
-            body = JSONResponse(agent_card_to_dict(self.card_for(self.card_base(request, builder)))).body
-            return card_response(request, body, self.spec.card.SerializeToString(deterministic=True), self.started())
+            return await self.card_endpoint(request, builder.base_path, builder.public_url)
 
         open_approvals = not self.security.require_auth
         demo_owners = frozenset({"", *(p.name for p in (self.spec.tokens or {}).values())})
@@ -135,14 +134,19 @@ class ServedAgent:
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
 
-    def card_base(self, request: Request, builder: BridgeContextBuilder) -> str:
+    async def card_endpoint(self, request: Request, base_path: str, public_url: str | None) -> Response:
+        """The card answered, with its caching headers, for the agent served at `base_path`."""
+        body = JSONResponse(agent_card_to_dict(self.card_for(self.card_base(request, base_path, public_url)))).body
+        return card_response(request, body, self.spec.card.SerializeToString(deterministic=True), self.started())
+
+    def card_base(self, request: Request, base_path: str, public_url: str | None) -> str:
         """The base URL a card names: the public URL when configured; else, for a signed card, the address the server
         listens on (a caller's Host is never signed); else the address the caller used."""
-        if builder.public_url:
-            return f"{builder.public_url}{builder.base_path}"
+        if public_url:
+            return f"{public_url}{base_path}"
         if self.spec.signing_key:
-            return own_base(request.scope, builder.base_path)
-        return public_base(request, builder.base_path, request.headers.get("host"))
+            return own_base(request.scope, base_path)
+        return public_base(request, base_path, request.headers.get("host"))
 
     def principal_name(self, scope: Scope) -> str:
         """The principal a request's bearer token names ('' for the anonymous principal)."""
@@ -310,16 +314,26 @@ class Bridge:
         """All agents, each under /{name}/, with an index at /, behind the request guard."""
         public_url = self.security.public_url
 
-        async def index(request: Request) -> Response:
+        def listed(request: Request) -> list[dict[str, str]]:
+            """Each agent's name and card URL, at the address the caller used (or the public URL)."""
             base = public_url or str(request.base_url).rstrip("/")
-            return JSONResponse(
-                {
-                    "agents": [
-                        {"name": name, "card": f"{base}/{name}{CARD_PATH}"}
-                        for name in self.agents
-                    ]
-                }
-            )
+            return [{"name": name, "card": f"{base}/{name}{CARD_PATH}"} for name in self.agents]
+
+        async def index(request: Request) -> Response:
+            return JSONResponse({"agents": listed(request)})
+
+        async def root_card(request: Request) -> Response:
+            """The server's own well-known card: the agent's when one is served (so that a client given the server's
+            address finds it), else a 404 naming each agent's card, as an agent's card describes one agent."""
+            if len(self.agents) == 1:
+                [(name, agent)] = self.agents.items()
+                return await agent.card_endpoint(request, f"/{name}", public_url)
+            hint = "Several agents are served here, each with its own card: give a client an agent's URL, /{agent}"
+            return problem(404, "NOT_FOUND", hint, agents=listed(request))
+
+        async def unknown_path(request: Request, _exc: Exception) -> Response:
+            """404 for a path no agent or endpoint serves, naming the agents (never the path asked for)."""
+            return problem(404, "NOT_FOUND", "No agent or endpoint is served at this path", agents=listed(request))
 
         async def healthz(_request: Request) -> Response:
             return JSONResponse({"status": "up"})
@@ -336,6 +350,7 @@ class Bridge:
         metrics = metrics_endpoint(self.metrics, self.scrape, tokens, self.security.require_auth)
         routes: list[BaseRoute] = [
             Route("/", index, methods=["GET"]),
+            Route(CARD_PATH, root_card, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
@@ -344,7 +359,7 @@ class Bridge:
         mounts = {
             name: Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()
         }
-        app = Starlette(routes=[*routes, *mounts.values()], lifespan=self.lifespan)
+        app = Starlette(routes=[*routes, *mounts.values()], lifespan=self.lifespan, exception_handlers={404: unknown_path})
         return RequestGuard(AgentMounts(app, mounts), self.security.allowed_hosts, public_url)
 
     def kit_app(self, name: str, public_url: str | None = None) -> ASGIApp:

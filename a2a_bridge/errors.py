@@ -54,11 +54,13 @@ def streaming_not_supported() -> UnsupportedOperationError:
     return UnsupportedOperationError("Streaming is not supported by this agent")
 
 
+VERSION_HINT = f"Protocol version not supported: send the header A2A-Version: {SUPPORTED_VERSION}"
+"""-32009's message, which says what to send (gRPC callers send it as the metadata a2a-version)."""
+
+
 def version_not_supported(requested: str | None) -> VersionNotSupportedError:
     shown = requested if requested else "0.3 (no header)"
-    return VersionNotSupportedError(
-        "Protocol version not supported", data={"requested": shown, "supported": SUPPORTED_VERSION}
-    )
+    return VersionNotSupportedError(VERSION_HINT, data={"requested": shown, "supported": SUPPORTED_VERSION})
 
 
 def agent_failed(task_id: str) -> InternalError:

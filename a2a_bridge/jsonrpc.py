@@ -1,12 +1,14 @@
 """The SDK's JSON-RPC dispatcher with errors that never echo parser or exception text."""
 
+import contextvars
 import logging
+import re
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InternalError as JSONRPCInternalError
-from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
+from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError, MethodNotFoundError
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, InvalidRequestError
@@ -25,6 +27,40 @@ GENERIC_MESSAGES: dict[type, str] = {
     InvalidRequestError: "Request payload validation error",
     InternalError: "Internal error",
 }
+
+
+RENAMED_IN_1_0 = {
+    "message/send": "SendMessage",
+    "message/stream": "SendStreamingMessage",
+    "tasks/get": "GetTask",
+    "tasks/list": "ListTasks",
+    "tasks/cancel": "CancelTask",
+    "tasks/resubscribe": "SubscribeToTask",
+    "tasks/pushNotificationConfig/set": "CreateTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/get": "GetTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/list": "ListTaskPushNotificationConfigs",
+    "tasks/pushNotificationConfig/delete": "DeleteTaskPushNotificationConfig",
+    "agent/getAuthenticatedExtendedCard": "GetExtendedAgentCard",
+}
+"""A2A 0.3's JSON-RPC method names and the 1.0 names of the same methods."""
+
+SHOWN_METHOD = re.compile(r"[A-Za-z][A-Za-z0-9/_.-]{0,63}")
+"""A method name an error may repeat: letters, digits and a few separators, at most 64 characters; any other name
+the caller sent is not echoed."""
+
+_method: contextvars.ContextVar[object] = contextvars.ContextVar("a2a_bridge_jsonrpc_method", default=None)
+
+
+def method_not_found(method: object) -> MethodNotFoundError:
+    """-32601 naming the method when it is safe to repeat, and the 1.0 name of a 0.3 method."""
+    if isinstance(method, str) and method in RENAMED_IN_1_0:
+        return MethodNotFoundError(
+            message=f"Method not found: {method} is A2A 0.3's name; A2A 1.0 names it {RENAMED_IN_1_0[method]}"
+        )
+    if isinstance(method, str) and SHOWN_METHOD.fullmatch(method):
+        listed = ", ".join(JsonRpcDispatcher.METHOD_TO_MODEL)
+        return MethodNotFoundError(message=f"Method not found: {method}; A2A 1.0's methods are {listed}")
+    return MethodNotFoundError()
 
 
 def sanitized(error: Exception | JSONRPCError | A2AError) -> Exception | JSONRPCError | A2AError:
@@ -70,7 +106,11 @@ class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
             method = body.get("method")
             if isinstance(method, str) and method in self.METHOD_TO_MODEL:
                 return self._generate_error_response(request_id, InvalidParamsError("params must be an object"))
-        return await super().handle_requests(request)
+        token = _method.set(body.get("method") if isinstance(body, dict) else None)
+        try:
+            return await super().handle_requests(request)
+        finally:
+            _method.reset(token)
 
     async def _process_non_streaming_request(
         self, request_obj: Any, context: ServerCallContext
@@ -81,6 +121,8 @@ class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
     def _generate_error_response(
         self, request_id: str | int | None, error: Exception | JSONRPCError | A2AError
     ) -> JSONResponse:
+        if type(error) is MethodNotFoundError:
+            error = method_not_found(_method.get())
         return super()._generate_error_response(request_id, sanitized(error))
 
     def _create_response(

@@ -63,6 +63,10 @@ class Allowance(Enum):
         "Every card declares the bridge's optional who-must-act extension (docs/who-must-act.md) as its only "
         "`capabilities.extensions` entry; the kit's cards declare none, and clients that do not know it ignore it."
     )
+    ERROR_HINTS = (
+        "The -32601 and -32009 messages keep the kit's text and go on to say what to do: a 0.3 method's 1.0 name, the "
+        "A2A-Version header to send."
+    )
     WHO_MUST_ACT_METADATA = (
         "An AUTH_REQUIRED status message says who must act under the who-must-act key of its `metadata`, which holds "
         "nothing else (the deployer's staging deploy: an operator approves); the kit's message has no metadata."
@@ -139,6 +143,10 @@ TOLERATES: dict[Allowance, Callable[[Difference], bool]] = {
     Allowance.CARD_SIGNATURE: _signature_field,
     Allowance.WHO_MUST_ACT_EXTENSION: _declares_who_must_act,
     Allowance.WHO_MUST_ACT_METADATA: _says_who_must_act,
+    Allowance.ERROR_HINTS: lambda d: (
+        d.kind == "value" and _last_key(d) == "message" and isinstance(d.recorded, str) and isinstance(d.live, str)
+        and d.live.startswith(f"{d.recorded}: ")
+    ),
 }
 """Which JSON differences each allowance tolerates (PLAIN_JSON_BY_DEFAULT is about the response's head alone, which
 `tests.kit_session.KitSession.check_head` compares, as it does 409 for TASK_NOT_CANCELABLE_409)."""

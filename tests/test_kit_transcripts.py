@@ -39,7 +39,7 @@ ALLOWANCES: dict[str, frozenset[Allowance]] = {
     "08-rejected": frozenset({ORDER}),
     "09-failed": frozenset({ORDER}),
     "10-cancel": frozenset({ORDER}),
-    "11-errors": frozenset({ORDER, Allowance.EMPTY_METADATA, Allowance.INVALID_PARAMS_ERROR_INFO}),
+    "11-errors": frozenset({ORDER, Allowance.EMPTY_METADATA, Allowance.INVALID_PARAMS_ERROR_INFO, Allowance.ERROR_HINTS}),
     "12-list-tasks": frozenset({ORDER, Allowance.PRINTED_DEFAULTS}),
     "13-history": frozenset({ORDER, FLOATS}),
     "14-resubscribe": frozenset({ORDER}),
