@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The compiled install (test, bench, tck, chaos) and the plain Python one `make run` makes when the compiled one is
+# not current: serving on a fresh clone without waiting for mypyc (docs/operations.md, "The first make run").
 STAMP := $(VENV)/.installed
+PLAIN := $(VENV)/.installed-plain
 # The modules setup.py compiles: a change to one reinstalls, so that its extension is never older than its source.
 COMPILED := $(shell sed -n '/^COMPILED = \[/,/^\]/p' setup.py | grep -o '"[a-z_]*"' | tr -d '"')
 
@@ -17,13 +20,21 @@ $(STAMP): pyproject.toml setup.py $(COMPILED:%=a2a_bridge/%.py)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP) ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000 (SQLite store ./a2a-bridge.db)
+# Plain Python: no extension is left to shadow its source, and the compiled stamp goes with them.
+$(PLAIN): pyproject.toml setup.py $(COMPILED:%=a2a_bridge/%.py)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	rm -f $(STAMP) a2a_bridge/*.so
+	A2A_BRIDGE_COMPILE=0 $(BIN)/pip install --quiet -e .
+	touch $(PLAIN)
+
+run: ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000 (SQLite store ./a2a-bridge.db; ARGS="--port 8001 ...": serve's options); the compiled build once make test has made it, else plain Python
+	@$(MAKE) --no-print-directory --question $(STAMP) || $(MAKE) --no-print-directory $(PLAIN)
 	$(BIN)/a2a-bridge serve $(ARGS)
 
-test: $(STAMP) ## run the test suite (~11-15 min; skips what needs ../shared, PostgreSQL, Node or Chromium: `bash .ci/run` runs everything)
+test: $(STAMP) ## run the test suite (~20 min; PYTEST_ARGS="-x -k name": pytest's options; skips what needs ../shared, PostgreSQL, Node or Chromium: `bash .ci/run` runs everything)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-tck: $(STAMP) ## the A2A TCK (../shared/a2a-tck, copied to .tck/ with its own venv) against the conformance agent on every binding (~3 min)
+tck: $(STAMP) ## the A2A TCK (../shared/a2a-tck, copied to .tck/ with its own venv) against the conformance agent on every binding (~3 min; TCK_ARGS="--source DIR": tck_run.run's options)
 	$(BIN)/python -m tck_run.run $(TCK_ARGS)
 
 # @a2a-js/sdk where npm is installed; wrk (the load generator of the timed runs) where apt is and wrk is not.
@@ -34,13 +45,13 @@ bench-setup: $(STAMP)
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y wrk >/dev/null \
 		|| echo "wrk not installed: the timed runs use the Python client (bench/load.py)"; fi
 
-bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~14 min)
+bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~14 min; BENCH_ARGS: bench.run's options, e.g. --only reads)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min)
+bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min; BENCH_ARGS too)
 	$(BIN)/python -m bench.run --quick --no-write $(BENCH_ARGS)
 
-chaos: $(STAMP) ## Jepsen-style nemesis run: 3 replicas on a PostgreSQL of their own under kills, pauses, restarts and clock skew (~4 min; docs/chaos.md)
+chaos: $(STAMP) ## Jepsen-style nemesis run: 3 replicas on a PostgreSQL of their own under kills, pauses, restarts and clock skew (~4 min; docs/chaos.md; CHAOS_ARGS="--seed 4242 --duration 120": chaos.run's options)
 	$(BIN)/python -m chaos.run $(CHAOS_ARGS)
 
 clean: ## remove the virtualenv, the compiled modules, caches and the default database
