@@ -8,7 +8,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from httpx_sse import EventSource
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, TaskState
@@ -18,7 +20,7 @@ from a2a_bridge.clock import SystemClock
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
 from tests import user_agents
-from tests.support import CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, serve_in_thread, user_message, wait_for
+from tests.support import A2A, CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, serve_in_thread, user_message, wait_for
 
 SECRET = "secret path /etc/x"
 
@@ -178,3 +180,32 @@ def test_the_log_shows_the_agents_own_frames_in_every_turn(tmp_path: Path) -> No
         assert at == sorted(at), record
         assert traceback[at[-1] + 1] == "raise RuntimeError(RAISED)", record
         assert f"RuntimeError: {user_agents.RAISED}" in traceback, record
+
+
+@pytest.mark.parametrize("raised_after_working", [False, True], ids=["at-once", "after-working"])
+def test_a_rest_stream_the_agent_failed_logs_one_traceback(tmp_path: Path, raised_after_working: bool) -> None:
+    """Over HTTP+JSON streaming the client gets the error event naming the task, and the log holds the agent's
+    traceback once: not a second one from the SDK's REST dispatcher ("Error during REST SSE stream")."""
+    log = tmp_path / "server.log"
+    server = ServerProcess("memory", extra=["--agent", "tests.user_agents:raising"], log=log,
+                           command=[str(CONSOLE_SCRIPT)], cwd=ROOT)
+    server.start()
+    try:
+        base = f"{server.agent('raising')}/a2a/rest"
+        task_id = None
+        if raised_after_working:
+            asked = httpx.post(f"{base}/message:send", headers=A2A, timeout=10,
+                               json={"message": user_message("anything", "rest-stream-ask")}).json()["task"]
+            task_id = asked["id"]
+        message = user_message("raise now" if task_id is None else "go on", "rest-stream-raise",
+                               **({"taskId": task_id} if task_id else {}))
+        with httpx.stream("POST", f"{base}/message:stream", headers=A2A, json={"message": message}, timeout=30) as response:
+            events = list(EventSource(response).iter_sse())
+        assert events[-1].event == "error"
+        assert events[-1].json()["error"]["status"] == "INTERNAL"
+    finally:
+        server.stop()
+    text = log.read_text()
+    assert text.count("Traceback (most recent call last)") == 1, text
+    assert "Error during REST SSE stream" not in text
+    assert "agent raising raised in turn" in text and f"RuntimeError: {user_agents.RAISED}" in text
