@@ -23,7 +23,7 @@ from a2a_bridge.agent import Agent
 from a2a_bridge.agent_mounts import AgentMounts
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
 from a2a_bridge.binding_paths import TrailingSlash
-from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls
+from a2a_bridge.bridge_routes import STORE_ERRORS, BridgeEndpoints, StatusPolls
 from a2a_bridge.card_caching import card_response
 from a2a_bridge.clock import Clock, StoreClock
 from a2a_bridge.config import SecurityConfig
@@ -157,7 +157,7 @@ class ServedAgent:
         the server (or of this agent's own port) that cards and links name."""
         builder = RequiredExtensionsContextBuilder(self.tokens, base_path, required_extensions(self.spec.card), public_url)
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
-        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
+        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher), exception_handlers=STORE_ERRORS), REST_PATH)
         if self.direct_rpc:
             app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH, self.host.finished.json)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
