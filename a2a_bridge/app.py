@@ -37,7 +37,8 @@ from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
 from a2a_bridge.media_type import BindingMediaTypes
 from a2a_bridge.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
-from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
+from a2a_bridge.outbox import Outbox
+from a2a_bridge.push import WebhookPolicy, WebhookPoster, webhook_client
 from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
@@ -216,7 +217,10 @@ class Bridge:
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
             webhook_outcome = self.metrics.webhook(spec.name)
-            push = PushDispatcher.over(self.webhooks[policy], push_store, policy, webhook_outcome) if push_enabled else None
+            push = Outbox(
+                spec.name, self.ledger, push_store, WebhookPoster(self.webhooks[policy]), policy, clock,
+                base.webhook_retries, webhook_outcome,
+            ) if push_enabled else None
             host = TaskHost(
                 spec.name,
                 MeteredExecutor(spec.executor, spec.name, self.metrics),
@@ -261,10 +265,6 @@ class Bridge:
             await self.grpc_servers.stop()
         for agent in self.agents.values():
             await agent.host.stop(self.security.limits.shutdown_timeout / 4)
-        pushes = [agent.host.push.drain() for agent in self.agents.values() if agent.host.push is not None]
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.security.limits.shutdown_timeout / 4):
-                await asyncio.gather(*pushes)
         for client in self.webhooks.values():
             await client.aclose()
         await self.ledger.close()
