@@ -38,6 +38,7 @@ from a2a_bridge.limits import RequestLimits, StreamSlots
 from a2a_bridge.media_type import BindingMediaTypes
 from a2a_bridge.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
 from a2a_bridge.outbox import Outbox
+from a2a_bridge.webhook_routes import WebhookEndpoints
 from a2a_bridge.push import WebhookPolicy, WebhookPoster, webhook_client
 from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
@@ -132,6 +133,7 @@ class ServedAgent:
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
         # Before the REST routes: their catch-all /{tenant} mount would otherwise take these paths and answer 404.
         routes += endpoints.routes(self.spec.approvals, self.spec.actions)
+        routes += WebhookEndpoints(self.host, builder.identity, is_operator).routes()
         routes += jsonrpc_routes(dispatcher, JSONRPC_PATH)
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
