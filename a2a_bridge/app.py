@@ -25,7 +25,7 @@ from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_
 from a2a_bridge.binding_paths import TrailingSlash
 from a2a_bridge.bridge_routes import STORE_ERRORS, BridgeEndpoints, StatusPolls
 from a2a_bridge.card_caching import card_response
-from a2a_bridge.clock import Clock, StoreClock
+from a2a_bridge.clock import Clock, StoreClock, SystemClock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
@@ -214,13 +214,16 @@ class Bridge:
         """One webhook client per webhook policy (the agents share the configuration's unless they have their own)."""
         self.agents: dict[str, ServedAgent] = {}
         base = settings or HostSettings()
+        # The outbox schedules its attempts on real time (the database's where shared), never on a fake clock that
+        # each reading moves (a capture's): its reads come at times no driver orders.
+        outbox_clock = clock if self.ledger.shared else SystemClock()
         for spec in specs:
             policy = policies[spec.name]
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
             webhook_outcome = self.metrics.webhook(spec.name)
             push = Outbox(
-                spec.name, self.ledger, push_store, WebhookPoster(self.webhooks[policy]), policy, clock,
+                spec.name, self.ledger, push_store, WebhookPoster(self.webhooks[policy]), policy, outbox_clock,
                 base.webhook_retries, webhook_outcome,
             ) if push_enabled else None
             host = TaskHost(
