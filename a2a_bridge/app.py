@@ -23,9 +23,9 @@ from a2a_bridge.agent import Agent
 from a2a_bridge.agent_mounts import AgentMounts
 from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
 from a2a_bridge.binding_paths import TrailingSlash
-from a2a_bridge.bridge_routes import BridgeEndpoints, StatusPolls, problem
+from a2a_bridge.bridge_routes import STORE_ERRORS, BridgeEndpoints, StatusPolls, problem
 from a2a_bridge.card_caching import card_response
-from a2a_bridge.clock import Clock, StoreClock
+from a2a_bridge.clock import Clock, StoreClock, SystemClock
 from a2a_bridge.config import SecurityConfig
 from a2a_bridge.console_app import console_app
 from a2a_bridge.direct_rpc import DirectRpc
@@ -37,7 +37,9 @@ from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
 from a2a_bridge.limits import RequestLimits, StreamSlots
 from a2a_bridge.media_type import BindingMediaTypes
 from a2a_bridge.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
-from a2a_bridge.push import PushDispatcher, WebhookPolicy, webhook_client
+from a2a_bridge.outbox import Outbox
+from a2a_bridge.webhook_routes import WebhookEndpoints
+from a2a_bridge.push import WebhookPolicy, WebhookPoster, webhook_client
 from a2a_bridge.request_guard import RequestGuard
 from a2a_bridge.rest_errors import RestErrorText
 from a2a_bridge.store import Stores
@@ -130,6 +132,7 @@ class ServedAgent:
         routes: list[BaseRoute] = [Route(CARD_PATH, card, methods=["GET"])]
         # Before the REST routes: their catch-all /{tenant} mount would otherwise take these paths and answer 404.
         routes += endpoints.routes(self.spec.approvals, self.spec.actions)
+        routes += WebhookEndpoints(self.host, builder.identity, is_operator).routes()
         routes += jsonrpc_routes(dispatcher, JSONRPC_PATH)
         routes += create_rest_routes(self.handler, context_builder=builder, path_prefix=REST_PATH)
         return routes
@@ -161,7 +164,7 @@ class ServedAgent:
         the server (or of this agent's own port) that cards and links name."""
         builder = RequiredExtensionsContextBuilder(self.tokens, base_path, required_extensions(self.spec.card), public_url)
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
-        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher)), REST_PATH)
+        app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher), exception_handlers=STORE_ERRORS), REST_PATH)
         if self.direct_rpc:
             app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH, self.host.finished.json)
         app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
@@ -215,12 +218,18 @@ class Bridge:
         """One webhook client per webhook policy (the agents share the configuration's unless they have their own)."""
         self.agents: dict[str, ServedAgent] = {}
         base = settings or HostSettings()
+        # The outbox schedules its attempts on real time (the database's where shared), never on a fake clock that
+        # each reading moves (a capture's): its reads come at times no driver orders.
+        outbox_clock = clock if self.ledger.shared else SystemClock()
         for spec in specs:
             policy = policies[spec.name]
             task_store, push_store = stores.for_agent(spec.name)
             push_enabled = spec.card.capabilities.push_notifications
             webhook_outcome = self.metrics.webhook(spec.name)
-            push = PushDispatcher.over(self.webhooks[policy], push_store, policy, webhook_outcome) if push_enabled else None
+            push = Outbox(
+                spec.name, self.ledger, push_store, WebhookPoster(self.webhooks[policy]), policy, outbox_clock,
+                base.webhook_retries, webhook_outcome,
+            ) if push_enabled else None
             host = TaskHost(
                 spec.name,
                 MeteredExecutor(spec.executor, spec.name, self.metrics),
@@ -269,10 +278,6 @@ class Bridge:
             await self.grpc_servers.stop()
         for agent in self.agents.values():
             await agent.host.stop(self.security.limits.shutdown_timeout / 4)
-        pushes = [agent.host.push.drain() for agent in self.agents.values() if agent.host.push is not None]
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.security.limits.shutdown_timeout / 4):
-                await asyncio.gather(*pushes)
         for client in self.webhooks.values():
             await client.aclose()
         await self.ledger.close()

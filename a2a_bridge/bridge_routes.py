@@ -10,6 +10,7 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.types import TaskState
 from a2a.utils.errors import A2AError
+from sqlalchemy.exc import DBAPIError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -21,7 +22,7 @@ from a2a_bridge.clock import iso
 from a2a_bridge.ledger import TaskRecord
 from a2a_bridge.live_tasks import REQUESTED_BY
 from a2a_bridge.states import state_name
-from a2a_bridge.store_faults import StoreUnavailable
+from a2a_bridge.store_faults import OUTAGE, StoreUnavailable, transient
 from a2a_bridge.task_host import TaskHost
 from a2a_bridge.task_status import action_requests, status_object
 
@@ -103,6 +104,19 @@ def not_found(task_id: str) -> JSONResponse:
 def store_unavailable(task_id: str) -> JSONResponse:
     """503: the store did not take the change; nothing was done that is not stored (a retry is safe)."""
     return problem(503, "UNAVAILABLE", "Store unavailable: the change was not stored", taskId=task_id)
+
+
+async def store_outage(request: Request, error: Exception) -> Response:
+    """The bridge's endpoints' answer to a store that failed under them: 503 "store unavailable" for a transient
+    failure (the outage logged once, never a traceback per request); anything else is the server's error, as before."""
+    if not transient(error):
+        raise error
+    OUTAGE.refuse(error)
+    return problem(503, "UNAVAILABLE", "Store unavailable: try again shortly", taskId=request.path_params.get("task_id"))
+
+
+STORE_ERRORS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {DBAPIError: store_outage, OSError: store_outage}
+"""The exception handlers an agent's routes answer a store's failure with (Starlette's `exception_handlers`)."""
 
 
 def claim_fields(claim: Claim) -> dict[str, Any]:
@@ -399,7 +413,12 @@ class StatusPolls:
         task_id = polled_task(scope)
         seen = header(scope, b"if-none-match") if task_id is not None else None
         if task_id is not None and seen is not None:
-            record = await self.host.stored_record(task_id, self.principal(scope))
+            try:
+                record = await self.host.stored_record(task_id, self.principal(scope))
+            except Exception as error:
+                if not transient(error):
+                    raise
+                record = None  # the store is away: the status route answers, "store unavailable" if it still is
             if record is not None and matches(seen, etag(record)):
                 await send({"type": "http.response.start", "status": 304, "headers": [(b"etag", etag(record).encode())]})
                 await send({"type": "http.response.body", "body": b""})

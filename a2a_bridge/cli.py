@@ -50,6 +50,7 @@ from a2a_bridge.shutdown import BoundedServer, Draining
 from a2a_bridge.start_banner import Served, banner
 from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.host_env import HostSettings
+from a2a_bridge.outbox import RetrySchedule
 from a2a_bridge.kit import KIT_PORTS
 from a2a_bridge.agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
 from a2a_bridge.capture import recorder, replay_command
@@ -213,6 +214,14 @@ def parser() -> argparse.ArgumentParser:
         help="seconds of a claim's lease, renewed while a turn runs",
     )
     serve.add_argument(
+        "--webhook-retry", type=positive_seconds, default=RetrySchedule.first, metavar="SECONDS",
+        help="seconds after a webhook's first failure before it is tried again (the wait doubles, up to an hour)",
+    )
+    serve.add_argument(
+        "--webhook-give-up", type=positive_seconds, default=RetrySchedule.give_up, metavar="SECONDS",
+        help="seconds a webhook may keep failing before its notification is given up (a dead letter)",
+    )
+    serve.add_argument(
         "--idle-lifespan", type=positive_seconds, metavar="SECONDS",
         help="seconds an idle task waits for input before it is closed (default: never)",
     )
@@ -267,6 +276,7 @@ async def serve(args: argparse.Namespace) -> None:
     settings = HostSettings(
         lease=timedelta(seconds=args.lease),
         idle_lifespan=timedelta(seconds=args.idle_lifespan) if args.idle_lifespan else None,
+        webhook_retries=RetrySchedule(first=args.webhook_retry, give_up=args.webhook_give_up),
     )
     remotes: remote_config.RemoteConfig = args.remotes
     local: list[Agent] = args.served

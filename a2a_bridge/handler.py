@@ -203,9 +203,10 @@ class BridgeRequestHandler(RequestHandler):
         self._check_message(params)
         if params.configuration.HasField("task_push_notification_config"):
             config = params.configuration.task_push_notification_config
-            await self._check_webhook(config, "configuration.taskPushNotificationConfig.")
             if params.message.task_id and self.host.push_store is not None:
+                await self._owned_task(params.message.task_id, context)
                 await self._check_push_room(self.host.push_store, params.message.task_id, config.id, context)
+            await self._check_webhook(config, "configuration.taskPushNotificationConfig.")
         if not params.message.task_id:
             person = await responsible_user(params.message, context, self.host.ledger)
             if person is not None:
@@ -306,8 +307,8 @@ class BridgeRequestHandler(RequestHandler):
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         store = self._push_store()
+        task = await self._owned_task(params.task_id, context)
         await self._check_webhook(params, "")
-        await self._owned_task(params.task_id, context)
         config = TaskPushNotificationConfig()
         config.CopyFrom(params)
         config.tenant = ""
@@ -315,7 +316,7 @@ class BridgeRequestHandler(RequestHandler):
             config.id = self.host.new_id()
         async with self._push_configs_added:
             await self._check_push_room(store, params.task_id, config.id, context)
-            await store.set_info(params.task_id, config, context)
+            await self.host.add_push_config(config, context)
         return config
 
     async def _check_push_room(

@@ -15,7 +15,7 @@ from a2a_bridge import claims
 from a2a_bridge.clock import Clock
 from a2a_bridge.config import Limits
 from a2a_bridge.ledger import Ledger
-from a2a_bridge.push import PushDispatcher
+from a2a_bridge.outbox import Outbox, RetrySchedule
 from a2a_bridge.store_faults import STORE_GRACE
 
 ReplyHook = Callable[[str, str, Message], Coroutine[Any, Any, None]]
@@ -33,6 +33,8 @@ class HostSettings:
     """Seconds a caller waits for a write the store refuses before it is told the store is unavailable."""
     max_task_bytes: int = Limits.max_task_bytes
     """The most a task's history, artifacts and metadata may hold, in bytes of its stored form."""
+    webhook_retries: RetrySchedule = field(default_factory=RetrySchedule)
+    """When a failing push notification is tried again, and when it is given up (a dead letter)."""
 
 
 @dataclass(eq=False)
@@ -44,7 +46,7 @@ class HostEnv:
     store: TaskStore
     ledger: Ledger
     push_store: PushNotificationConfigStore | None
-    push: PushDispatcher | None
+    push: Outbox | None
     clock: Clock
     new_id: Callable[[], str]
     settings: HostSettings

@@ -122,6 +122,26 @@ def unpacked(lines: bytes) -> list[dict[str, Any]]:
     return rows
 
 
+class Delivery(NamedTuple):
+    """The outbox's row of one task and push config: the revision delivered up to (`delivered`: its events after it
+    are still to deliver, in order), the failed attempts at the next one and when to try again, whether it was given up
+    (`dead`: a dead letter until an operator redelivers it), and who delivers it now (`holder`, a session, until
+    `held_until`; `holds` counts the holds taken, the token a settle is conditional on)."""
+
+    task_id: str
+    config_id: str
+    agent: str
+    delivered: int
+    attempts: int = 0
+    due_at: datetime | None = None
+    failing_since: datetime | None = None
+    dead: bool = False
+    last_error: str | None = None
+    holder: int | None = None
+    held_until: datetime | None = None
+    holds: int = 0
+
+
 @dataclass(frozen=True)
 class Request:
     """A request another replica left for the replica that runs a task (a cancel)."""
@@ -188,6 +208,13 @@ class Ledger(Protocol):
     async def claimed_before(self, session: int) -> list[TaskRecord]: ...
     async def idle_deadlines(self) -> list[TaskRecord]: ...
     async def remember(self, agent: str, owner: str, message_id: str, sent: SentMessage) -> SentMessage | None: ...
+    async def add_delivery(self, delivery: Delivery) -> None: ...
+    async def due_deliveries(self, agent: str, now: datetime, limit: int) -> list[Delivery]: ...
+    async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool: ...
+    async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool: ...
+    async def drop_delivery(self, task_id: str, config_id: str) -> None: ...
+    async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]: ...
+    async def redeliver(self, agent: str, task_id: str, config_id: str | None, now: datetime) -> int: ...
     async def take_over(self, agent: str, owner: str, message_id: str, sender: int | None, session: int) -> bool: ...
     async def settle(self, agent: str, owner: str, message_id: str, task_id: str | None, reply: str | None) -> None: ...
 
@@ -264,6 +291,9 @@ class MemoryLedger:
         self._events: dict[str, bytes] = {}
         self._ended_claims: dict[Claim, Claim] = {}
         self._messages: dict[tuple[str, str], dict[str, SentMessage]] = {}
+        self._deliveries: dict[tuple[str, str], Delivery] = {}
+        self._log: dict[str, list[tuple[int, str]]] = {}
+        """The event log of the tasks that have push configs (the only ones a memory store logs: `save(log=)`)."""
         self._sessions = 0
         self._changed: asyncio.Event | None = None
         self._written: list[Written] = []
@@ -316,6 +346,8 @@ class MemoryLedger:
         lines = event_lines(events)
         await store.save(task, context)
         self._keep(record, lines)
+        if log:
+            self._log.setdefault(record.task_id, []).extend(log)
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         current = self._records.get(record.task_id)
@@ -336,7 +368,56 @@ class MemoryLedger:
         return []
 
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
-        return []
+        return [(n, body) for n, body in self._log.get(task_id, ()) if n > seq]
+
+    async def add_delivery(self, delivery: Delivery) -> None:
+        self._deliveries.setdefault((delivery.task_id, delivery.config_id), delivery)
+
+    async def due_deliveries(self, agent: str, now: datetime, limit: int) -> list[Delivery]:
+        due = [
+            d for d in self._deliveries.values()
+            if d.agent == agent and not d.dead and (d.due_at is None or d.due_at <= now)
+            and any(n > d.delivered for n, _ in self._log.get(d.task_id, ()))
+        ]
+        return sorted(due, key=lambda d: d.due_at or now)[:limit]
+
+    async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool:
+        key = (delivery.task_id, delivery.config_id)
+        current = self._deliveries.get(key)
+        if current is None or (current.delivered, current.holds, current.dead) != (delivery.delivered, delivery.holds, False):
+            return False
+        self._deliveries[key] = current._replace(holder=session, held_until=until, holds=current.holds + 1)
+        return True
+
+    async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool:
+        key = (held.task_id, held.config_id)
+        current = self._deliveries.get(key)
+        if current is None or (current.holder, current.holds) != (held.holder, held.holds):
+            return False
+        self._deliveries[key] = settled._replace(holder=None, held_until=None, holds=held.holds)
+        return True
+
+    async def drop_delivery(self, task_id: str, config_id: str) -> None:
+        self._deliveries.pop((task_id, config_id), None)
+        if not any(key[0] == task_id for key in self._deliveries):
+            self._log.pop(task_id, None)
+
+    async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]:
+        return [
+            d for d in self._deliveries.values()
+            if d.agent == agent and (task_id is None or d.task_id == task_id) and (dead is None or d.dead == dead)
+        ]
+
+    async def redeliver(self, agent: str, task_id: str, config_id: str | None, now: datetime) -> int:
+        again = [
+            key for key, d in self._deliveries.items()
+            if d.agent == agent and d.task_id == task_id and d.dead and config_id in (None, d.config_id)
+        ]
+        for key in again:
+            self._deliveries[key] = self._deliveries[key]._replace(
+                dead=False, attempts=0, failing_since=None, due_at=now, last_error=None
+            )
+        return len(again)
 
     async def expired_claims(self, now: datetime) -> list[TaskRecord]:
         return [

@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
 from a2a_bridge.claims import TERMINAL, Claim
-from a2a_bridge.ledger import ClaimEvent, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Delivery, TaskRecord
 from a2a_bridge.proto_json import to_dict
 from a2a_bridge.task_status import Notification
 
@@ -100,6 +100,25 @@ events_table = Table(
     Column("body", Text, nullable=False),
 )
 
+deliveries_table = Table(
+    "bridge_push_deliveries",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("config_id", String(255), primary_key=True),
+    Column("agent", String(64), nullable=False, index=True),
+    Column("delivered", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("due_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("failing_since", DateTime(timezone=True), nullable=True),
+    Column("dead", Boolean, nullable=False),
+    Column("last_error", String(255), nullable=True),
+    Column("holder", Integer, nullable=True),
+    Column("held_until", DateTime(timezone=True), nullable=True),
+    Column("holds", Integer, nullable=False),
+)
+"""The outbox of push notifications: one row per task and push config, the revision delivered up to; what is still to
+deliver is the task's event log after it (`events_table`), written in the same transaction as the events."""
+
 sessions_table = Table(
     "bridge_sessions",
     metadata,
@@ -165,6 +184,23 @@ def record_of(row: Any) -> TaskRecord:
         signal=row.signal,
         version=row.version,
     )
+
+
+def delivery_row(delivery: Delivery) -> dict[str, Any]:
+    return delivery._asdict()
+
+
+def delivery_of(row: Any) -> Delivery:
+    return Delivery(
+        row.task_id, row.config_id, row.agent, row.delivered, row.attempts, utc(row.due_at), utc(row.failing_since),
+        row.dead, row.last_error, row.holder, utc(row.held_until), row.holds,
+    )
+
+
+def delivery_key(delivery: Delivery) -> tuple[Any, Any]:
+    """The conditions that name one outbox row."""
+    table = deliveries_table
+    return (table.c.task_id == delivery.task_id, table.c.config_id == delivery.config_id)
 
 
 def event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:

@@ -101,7 +101,7 @@ class Metrics:
         self._store_writes: dict[str, Histogram] = {}
         """The store-write histogram's child per operation (`labels()` costs a lock and a lookup of its own)."""
         self.webhooks = Counter(
-            "a2a_bridge_webhook_deliveries", "Webhook deliveries, by agent and outcome (delivered, failed, refused)",
+            "a2a_bridge_webhook_deliveries", "Webhook delivery attempts, by agent and outcome (delivered, failed, refused), and notifications given up (dead)",
             ["agent", "outcome"], registry=registry,
         )
         self.tasks = Gauge(

@@ -248,6 +248,13 @@ def run_cancel(args: argparse.Namespace, operator: Operator, out: Console) -> No
         )
 
 
+def run_redeliver(args: argparse.Namespace, operator: Operator, out: Console) -> None:
+    agent = operator.agent_of(args.task, args.agent)
+    body = {"configId": args.config} if args.config else {}
+    answer = operator.request("POST", f"/{agent}/tasks/{args.task}/webhooks/redeliver", json=body)
+    out.print(f"delivering {answer['redelivering']} dead letter(s) of {escape(args.task)} ({escape(agent)}) again")
+
+
 def command(args: argparse.Namespace) -> int:
     """Run one operator command; 0 on success, 1 when the server refused or could not be reached."""
     out = Console(highlight=False)
@@ -265,7 +272,7 @@ def command(args: argparse.Namespace) -> int:
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Add `tasks`, `status`, `approve`, `reconcile` and `cancel` to the a2a-bridge command."""
+    """Add `tasks`, `status`, `approve`, `reconcile`, `cancel` and `redeliver` to the a2a-bridge command."""
 
     def add(name: str, help_text: str, action: Any, task: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
@@ -299,3 +306,5 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         help="what shows the outcome (at least one)",
     )
     add("cancel", "cancel a task as the operator", run_cancel)
+    redeliver = add("redeliver", "deliver a task's dead-lettered push notifications again", run_redeliver)
+    redeliver.add_argument("--config", help="only this push config's (default: every dead letter of the task)")

@@ -1,5 +1,6 @@
-"""Push notifications: each task's updates delivered in order as application/a2a+json, only to addresses the webhook
-policy allows, a failing webhook logged once and then with backoff."""
+"""Push notifications on the wire: the webhook policy (only to addresses it allows, checked at creation and at each
+connection), the client and the poster of one notification (application/a2a+json, a bounded answer), and the log of
+failing webhooks (once, then with backoff). What is delivered when is the outbox's (`outbox.Outbox`)."""
 
 import asyncio
 import ipaddress
@@ -14,11 +15,7 @@ from typing import Any
 
 import httpcore
 import httpx
-from a2a.server.tasks import PushNotificationConfigStore
-from a2a.server.tasks.push_notification_sender import PushNotificationEvent, PushNotificationSender
-from a2a.types import TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskStatusUpdateEvent
-from a2a.utils.proto_utils import to_stream_response
-from google.protobuf.json_format import MessageToDict
+from a2a.types import TaskPushNotificationConfig
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +23,6 @@ A2A_JSON = "application/a2a+json"
 MAX_ADDRESSES = 32
 """How many resolved addresses of one host are checked; a host with more is refused."""
 
-Update = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -138,16 +134,10 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
-async def _a2a_content_type(request: httpx.Request) -> None:
-    """Webhooks carry the A2A media type, as the specification says; the SDK sends application/json."""
-    request.headers["Content-Type"] = A2A_JSON
-
-
 def webhook_client(policy: WebhookPolicy | None = None, timeout: float = 10.0) -> httpx.AsyncClient:
     """The client webhooks are sent with: no proxy from the environment, no redirects, connections guarded."""
     return httpx.AsyncClient(
         timeout=timeout,
-        event_hooks={"request": [_a2a_content_type]},
         transport=GuardedTransport(policy or WebhookPolicy()),
         trust_env=False,
         follow_redirects=False,
@@ -220,102 +210,37 @@ def shown_host(url: str) -> str:
         return "an invalid URL"
 
 
-class WebhookSender(PushNotificationSender):
-    """Sends each event to every push config of its task, as the SDK's `BasePushNotificationSender` does: `POST` of
-    the event's `StreamResponse` JSON, the config's `token` as `X-A2A-Notification-Token` and its `authentication` as
-    `Authorization: {scheme} {credentials}`; the policy checks each URL at delivery; failures go to a `FailureLog`
-    (the SDK logs a traceback per config and event)."""
+ANSWER_BYTES = 4096
+"""Bytes of a receiver's answer read at the most (its status is what counts): never decompressed, never more."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        store: PushNotificationConfigStore,
-        policy: WebhookPolicy,
-        failures: FailureLog | None = None,
-        observe: Callable[[str], None] | None = None,
-    ) -> None:
-        """`observe` is called with each delivery's outcome: `delivered`, `refused` (the policy) or `failed`."""
+
+class WebhookPoster:
+    """Posts one notification as the SDK's `BasePushNotificationSender` does: the event's `StreamResponse` JSON as
+    application/a2a+json, the config's `token` as `X-A2A-Notification-Token` and its `authentication` as
+    `Authorization: {scheme} {credentials}`, with the headers the outbox adds (a stable delivery id, the revision).
+    The answer is read raw and bounded (`ANSWER_BYTES`), asked not to be compressed, and never decompressed."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
-        self.store = store
-        self.policy = policy
-        self.failures = failures or FailureLog()
-        self.observe = observe
 
-    async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
-        try:
-            configs = await self.store.get_info_for_dispatch(task_id)
-        except Exception as e:  # best effort, as the SDK's: the task goes on without its webhooks
-            log.warning("webhooks of task %s not sent: their configs could not be read (%s)", task_id, type(e).__name__)
-            return
-        if configs:
-            body = MessageToDict(to_stream_response(event))
-            await asyncio.gather(*(self._deliver(task_id, config, body) for config in configs))
-
-    async def _deliver(self, task_id: str, config: TaskPushNotificationConfig, body: dict[str, Any]) -> None:
-        reason = await self.policy.refusal(config.url)
-        result = "refused" if reason is not None else "failed"
-        if reason is None:
-            reason = await self._post(config, body)
-        if reason is None:
-            result = "delivered"
-            self.failures.delivered(task_id, config)
-        else:
-            self.failures.failed(task_id, config, reason)
-        if self.observe is not None:
-            self.observe(result)
-
-    async def _post(self, config: TaskPushNotificationConfig, body: dict[str, Any]) -> str | None:
+    async def post(self, config: TaskPushNotificationConfig, body: bytes, extra: dict[str, str]) -> str | None:
         """None once the receiver answered 2xx or 3xx; else why not."""
-        headers: dict[str, str] = {}
+        headers = {**extra, "Content-Type": A2A_JSON, "Accept-Encoding": "identity"}
+        headers["webhook-timestamp"] = str(int(time.time()))
         if config.token:
             headers["X-A2A-Notification-Token"] = config.token
         if config.HasField("authentication") and config.authentication.scheme and config.authentication.credentials:
             headers["Authorization"] = f"{config.authentication.scheme} {config.authentication.credentials}"
         try:
-            response = await self.client.post(config.url, json=body, headers=headers)
+            async with self.client.stream("POST", config.url, content=body, headers=headers) as response:
+                read = 0
+                async for chunk in response.aiter_raw():
+                    read += len(chunk)
+                    if read >= ANSWER_BYTES:
+                        break
+                status = response.status_code
         except Exception as e:  # any failure to deliver is the webhook's, logged by the FailureLog
             return f"{type(e).__name__}"
-        if response.status_code >= 400:
-            return f"HTTP {response.status_code}"
+        if status >= 400:
+            return f"HTTP {status}"
         return None
-
-
-class PushDispatcher:
-    """Queues each task's updates and delivers them one after another, off the request path."""
-
-    def __init__(self, sender: PushNotificationSender) -> None:
-        self._sender = sender
-        self._queues: dict[str, asyncio.Queue[Update]] = {}
-        self._workers: set[asyncio.Task[None]] = set()
-
-    @classmethod
-    def over(
-        cls,
-        client: httpx.AsyncClient,
-        store: PushNotificationConfigStore,
-        policy: WebhookPolicy | None = None,
-        observe: Callable[[str], None] | None = None,
-    ) -> "PushDispatcher":
-        """The bridge's `WebhookSender`, with the policy checking each URL again at delivery; `observe` counts the
-        deliveries' outcomes."""
-        return cls(WebhookSender(client, store, policy or WebhookPolicy(), observe=observe))
-
-    def notify(self, task_id: str, event: Update) -> None:
-        queue = self._queues.get(task_id)
-        if queue is None:
-            queue = self._queues[task_id] = asyncio.Queue()
-            worker = asyncio.create_task(self._drain(task_id, queue))
-            self._workers.add(worker)
-            worker.add_done_callback(self._workers.discard)
-        queue.put_nowait(event)
-
-    async def _drain(self, task_id: str, queue: "asyncio.Queue[Update]") -> None:
-        while not queue.empty():
-            event = queue.get_nowait()
-            await self._sender.send_notification(task_id, event)
-        self._queues.pop(task_id, None)
-
-    async def drain(self) -> None:
-        """Wait until every queued notification has been attempted."""
-        while self._workers:
-            await asyncio.wait(list(self._workers))

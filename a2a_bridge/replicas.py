@@ -19,7 +19,7 @@ from a2a_bridge.host_env import HostEnv
 from a2a_bridge.ledger import HELD, Request, TaskRecord, ended
 from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester
 from a2a_bridge.states import is_terminal
-from a2a_bridge.store_faults import StoreUnavailable
+from a2a_bridge.store_faults import OUTAGE, StoreUnavailable, transient
 from a2a_bridge.task_writer import TaskWriter
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,11 @@ class ReplicaLink:
                         if record.agent == env.agent and record.task_id not in running:
                             await self._recover_claim(record)
                     next_sweep = loop.time() + env.settings.lease.total_seconds() / 3
-            except Exception:  # noqa: BLE001 - a database fault: the next round tries again
-                log.exception("replica watch of agent %s failed; trying again", env.agent)
+            except Exception as error:  # noqa: BLE001 - a database fault: the next round tries again
+                if transient(error):
+                    OUTAGE.failed(error)
+                else:
+                    log.exception("replica watch of agent %s failed; trying again", env.agent)
             await until(self.requests, min(SAFETY_NET, max(0.0, next_liveness - loop.time())))
 
     async def sweep_sessions(self, at_start: bool = False) -> None:

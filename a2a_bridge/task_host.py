@@ -9,7 +9,7 @@ from typing import Any
 from a2a.server.agent_execution import AgentExecutor
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore, TaskStore
-from a2a.types import SendMessageRequest, Task
+from a2a.types import SendMessageRequest, Task, TaskPushNotificationConfig
 
 from a2a_bridge import errors
 from a2a_bridge.auth import caller_name, may_see, owner_context, visible_to
@@ -18,7 +18,7 @@ from a2a_bridge.clock import Clock
 from a2a_bridge.host_env import HostEnv, HostSettings, ReplyHook
 from a2a_bridge.ledger import Ledger, TaskRecord
 from a2a_bridge.live_tasks import Listener, TaskTable, snapshot
-from a2a_bridge.push import PushDispatcher
+from a2a_bridge.outbox import Outbox
 from a2a_bridge.replicas import ReplicaLink
 from a2a_bridge.sql_task_store import SqlTaskStore
 from a2a_bridge.states import is_terminal
@@ -38,7 +38,7 @@ class TaskHost:
         store: TaskStore,
         ledger: Ledger,
         push_store: PushNotificationConfigStore | None,
-        push: PushDispatcher | None,
+        push: Outbox | None,
         clock: Clock,
         new_id: Callable[[], str],
         settings: HostSettings | None = None,
@@ -81,6 +81,8 @@ class TaskHost:
         """Take this process's session generation, recover claims of older sessions, and watch idle deadlines."""
         env = self.env
         env.session = session
+        if self.push is not None:
+            await self.push.start(session)
         if self.ledger.shared:
             await self.replicas.sweep_sessions(at_start=True)
         else:
@@ -100,6 +102,8 @@ class TaskHost:
     async def stop(self, grace: float) -> None:
         """Stop within `grace` seconds: the loops end, running agents are stopped (their claims stay, recovered by
         the next process or another replica), and what their turns folded is stored if the store takes it."""
+        if self.push is not None:
+            await self.push.stop(grace / 2)
         for watcher in self._watchers:
             watcher.cancel()
         for live in self.table.running().values():
@@ -117,6 +121,8 @@ class TaskHost:
         recovered by the replicas, or here once a new session is taken)."""
         self.env.session = 0
         self.session_lost = True
+        if self.push is not None:
+            self.push.session = 0
         for live in self.table.running().values():
             if live.running is not None and live.running_turn is not None:
                 live.fenced.add(live.running_turn)
@@ -126,6 +132,8 @@ class TaskHost:
         """A new session generation after a lost one; the old session's claims are recovered like a dead replica's."""
         self.env.session = session
         self.session_lost = False
+        if self.push is not None:
+            self.push.session = session
 
     async def send(
         self, request: SendMessageRequest, context: ServerCallContext, listener: Listener, new_task_id: str | None = None
@@ -234,6 +242,13 @@ class TaskHost:
         except ValueError:
             pass
         self.table.evict_if_idle(live)
+
+    async def add_push_config(self, config: TaskPushNotificationConfig, context: ServerCallContext) -> None:
+        """A push config for a task the caller may see: delivered the task's events after its stored revision."""
+        if self.push is None:
+            raise errors.push_not_supported()
+        record = await self.ledger.get(config.task_id)
+        await self.push.add(config, context, record.revision if record is not None else 0)
 
     async def wait_idle(self) -> None:
         """Wait for every background turn (used at shutdown and by tests)."""

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from a2a.server.context import ServerCallContext
-from a2a.types import Message, Task, TaskState, TaskStatusUpdateEvent
+from a2a.types import Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
 
@@ -216,11 +216,12 @@ class TaskWriter:
                 record.idle_expires_at = env.clock.now() + lifespan
             elif not idle:
                 record.idle_expires_at = None
+            logs = env.ledger.shared or (env.push is not None and env.push.logs(record.task_id))
             logged = [
                 (before + offset, MessageToJson(to_stream_response(item)))
                 for offset, item in enumerate(items, 1)
-                if env.ledger.shared and not isinstance(item, Task)
-            ]
+                if logs and not isinstance(item, Task)
+            ] if logs else []
             posted = self._posted(live)
             try:
                 owner = store_context(record.owner)
@@ -432,10 +433,9 @@ class TaskWriter:
             raise
         for revision, (turn, event) in enumerate(events, before + 1):
             self.publish(live, turn, event, revision)
-            if isinstance(event, Task):
-                continue
-            if self.env.push is not None and not isinstance(event, Message):
-                self.env.push.notify(live.task.id, event)
+        push = self.env.push
+        if push is not None and push.logs(live.task.id):
+            push.stored(live.task.id, is_terminal(live.task.status.state))
 
     async def fail(self, live: LiveTask, text: str = FAILED_TEXT) -> None:
         """End a task FAILED with the generic message (the agent raised, or what it sent cannot be stored)."""

@@ -155,7 +155,7 @@ class TurnRunner:
 
         ctx = BridgeRequestContext(pending.owner, request=request, task_id=task.id, context_id=task.context_id, window=window)
         try:
-            await self._register_push(task.id, request, pending.owner)
+            await self._register_push(task.id, request, pending.owner, 0)
             await self.execution.run(queue, ctx)
             if queue.live is None and not queue.replied and not queue.dropped:
                 queue.live = await queue.open()
@@ -215,7 +215,7 @@ class TurnRunner:
                     listener.queue.put_nowait(Refused(down))
                     return
                 try:
-                    await self._register_push(live.task.id, request, context)
+                    await self._register_push(live.task.id, request, context, live.record.revision)
                     add_user_input(live.task, request.message, self.env.clock.now())
                     live.bytes = None
                     before = await self.writer.save(live)
@@ -301,12 +301,13 @@ class TurnRunner:
             self.table.release(live)
             left_task(scope)
 
-    async def _register_push(self, task_id: str, request: SendMessageRequest, context: ServerCallContext) -> None:
-        push_store = self.env.push_store
-        if push_store is None or not request.configuration.HasField("task_push_notification_config"):
+    async def _register_push(self, task_id: str, request: SendMessageRequest, context: ServerCallContext, after: int) -> None:
+        """The message's push config, delivered the task's events after revision `after`."""
+        push = self.env.push
+        if push is None or not request.configuration.HasField("task_push_notification_config"):
             return
         config = request.configuration.task_push_notification_config
         config.task_id = task_id
         if not config.id:
             config.id = self.env.new_id()
-        await push_store.set_info(task_id, config, context)
+        await push.add(config, context, after)

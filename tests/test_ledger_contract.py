@@ -19,7 +19,7 @@ from a2a.types import Task, TaskState, TaskStatus
 
 from a2a_bridge.auth import owner_context
 from a2a_bridge.claims import Claim
-from a2a_bridge.ledger import ClaimEvent, Fenced, Ledger, SentMessage, TaskExists, TaskQuery, TaskRecord
+from a2a_bridge.ledger import ClaimEvent, Delivery, Fenced, Ledger, SentMessage, TaskExists, TaskQuery, TaskRecord
 from a2a_bridge.store import StoreConfig, Stores
 
 OWNER = "alice"
@@ -204,3 +204,53 @@ def test_claim_events_and_sent_messages_come_back_as_stored(store_url: str) -> N
     """A task's claim events in the order posted, with their evidence and times; a message id remembered per agent and
     owner with its fingerprint and task, the first one kept (what idempotent retries rely on), on every store."""
     asyncio.run(claim_events_and_messages(url=store_url))
+
+
+async def outbox_rows(url: str) -> None:
+    stores = Stores(StoreConfig.parse(url))
+    store, _ = stores.for_agent("agent")
+    await stores.initialize()
+    ledger: Ledger = stores.ledger()
+    owner = owner_context(OWNER)
+    try:
+        session = await ledger.start_session(datetime.now(UTC))
+        now = datetime.now(UTC)
+        task_id = str(uuid.uuid4())
+        await ledger.add_delivery(Delivery(task_id, "hook", "agent", 0, due_at=now))
+        await ledger.add_delivery(Delivery(task_id, "hook", "agent", 5, due_at=now))
+        assert await ledger.due_deliveries("agent", now, 10) == [], "nothing to deliver before an event is logged"
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [], new=True, log=[(1, "{}")])
+        [due] = await ledger.due_deliveries("agent", now, 10)
+        assert (due.delivered, due.holds, due.dead) == (0, 0, False), "the first row added stands"
+        until = now + timedelta(seconds=60)
+        assert await ledger.hold_delivery(due, session, until)
+        assert not await ledger.hold_delivery(due, session + 1, until), "one holder at a time"
+        held = due._replace(holder=session, held_until=until, holds=1)
+        assert not await ledger.settle_delivery(held._replace(holds=7), held._replace(delivered=1)), "only the hold"
+        assert await ledger.settle_delivery(held, held._replace(delivered=1))
+        assert await ledger.due_deliveries("agent", now, 10) == [], "delivered up to the last event"
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_FAILED), owner, record(task_id, "failed", 2), [], log=[(2, "{}")])
+        assert [seq for seq, _ in await ledger.events_after(task_id, 1)] == [2]
+        [due] = await ledger.due_deliveries("agent", now, 10)
+        assert await ledger.hold_delivery(due, session, until)
+        held = due._replace(holder=session, held_until=until, holds=2)
+        gave_up = held._replace(attempts=3, dead=True, last_error="HTTP 500", failing_since=now)
+        assert await ledger.settle_delivery(held, gave_up)
+        assert await ledger.due_deliveries("agent", now, 10) == [], "a dead letter is not due"
+        [dead] = await ledger.deliveries("agent", dead=True)
+        assert (dead.task_id, dead.attempts, dead.last_error) == (task_id, 3, "HTTP 500")
+        assert await ledger.redeliver("agent", task_id, None, now) == 1
+        [due] = await ledger.due_deliveries("agent", now, 10)
+        assert (due.delivered, due.attempts, due.dead) == (1, 0, False), "delivered again from where it stopped"
+        await ledger.drop_delivery(task_id, "hook")
+        assert await ledger.deliveries("agent", task_id=task_id) == []
+    finally:
+        await ledger.close()
+        await stores.close()
+
+
+def test_push_deliveries_are_held_by_one_and_settled_from_where_they_stopped(store_url: str) -> None:
+    """The outbox's rows on every store: a row per task and config (the first kept), due once an event after it is
+    logged, held by one session at a time, settled only under its hold, given up and delivered again from where it
+    stopped."""
+    asyncio.run(outbox_rows(store_url))

@@ -313,3 +313,24 @@ def test_without_the_allowance_a_loopback_receiver_is_refused_and_gets_nothing()
             assert receiver.received() == []
     finally:
         server.stop()
+
+
+@pytest.mark.anyio
+async def test_a_push_config_for_a_task_the_caller_cannot_see_resolves_no_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task and its owner are checked before the webhook's host is looked up: a caller naming a task it may not
+    see (or none) cannot make the server resolve names of its choosing."""
+    looked_up: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "unknown host")
+
+    monkeypatch.setattr("a2a_bridge.push.system_resolver", resolve)
+    async with in_process() as (_, client):
+        url = "https://attacker-chosen.example/hook"
+        created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": str(uuid.uuid4()), "url": url})
+        assert created["error"]["code"] == -32001, created
+        follow_up = {**run_with_hook(url), "message": {**run_with_hook(url)["message"], "taskId": str(uuid.uuid4())}}
+        sent = await call(client, "SendMessage", follow_up)
+        assert sent["error"]["code"] == -32001, sent
+    assert looked_up == [], looked_up

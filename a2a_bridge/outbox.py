@@ -1,0 +1,261 @@
+"""The outbox of push notifications: each task's stored events delivered to each of its push configs from the store,
+at least once and in order, retried on an exponential schedule and given up (a dead letter an operator can deliver
+again) after it. What is to deliver is the task's event log, written in the same transaction as the events
+(`Ledger.save(log=)`), and how far each config got is a row of its own (`Delivery`), so a crash, a restart or a
+replica's death loses nothing: any live replica goes on where the last delivery stopped (docs/webhooks.md)."""
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import PushNotificationConfigStore
+from a2a.types import TaskPushNotificationConfig
+
+from a2a_bridge.clock import Clock
+from a2a_bridge.ledger import Delivery, Ledger
+from a2a_bridge.push import FailureLog, WebhookPolicy, WebhookPoster
+from a2a_bridge.states import is_terminal
+from a2a_bridge.store_faults import OUTAGE, transient
+
+log = logging.getLogger(__name__)
+
+POLL = 1.0
+"""Seconds between reads of the outbox when nothing wakes it (the retries due, other replicas' events)."""
+HOLD = timedelta(seconds=60)
+"""How long a replica holds a delivery it attempts: longer than an attempt (the webhook client's timeout), after which
+any replica may take it over (at once when the holder's session is gone)."""
+BATCH = 64
+"""Deliveries read per round, and attempted at once at the most."""
+IDS = uuid.UUID("4f2b6d0e-2a41-4c2e-9d8e-a2abe1d9e0b1")
+"""The namespace of delivery ids (`delivery_id`)."""
+
+
+@dataclass(frozen=True)
+class RetrySchedule:
+    """When a failing delivery is tried again: `first` seconds after the first failure, doubling up to `most`, and
+    given up once it has failed for `give_up` seconds."""
+
+    first: float = 10.0
+    most: float = 3600.0
+    give_up: float = 86400.0
+
+    def delay(self, attempts: int) -> float:
+        return min(self.first * 2 ** max(attempts - 1, 0), self.most)
+
+
+def delivery_id(task_id: str, config_id: str, revision: int) -> str:
+    """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it)."""
+    return str(uuid.uuid5(IDS, f"{task_id}\n{config_id}\n{revision}"))
+
+
+def ends_task(event: dict[str, Any]) -> bool:
+    """Whether a logged event (a StreamResponse) is its task's terminal status."""
+    state = event.get("statusUpdate", {}).get("status", {}).get("state")
+    return isinstance(state, str) and is_terminal(state)
+
+
+class Outbox:
+    """One agent's push notifications: configs registered, their deliveries run from the store."""
+
+    def __init__(
+        self,
+        agent: str,
+        ledger: Ledger,
+        push_store: PushNotificationConfigStore,
+        poster: WebhookPoster,
+        policy: WebhookPolicy,
+        clock: Clock,
+        schedule: RetrySchedule | None = None,
+        observe: Callable[[str], None] | None = None,
+    ) -> None:
+        """`observe` is called with each attempt's outcome: `delivered`, `failed`, `refused` (the policy) or `dead`."""
+        self.agent = agent
+        self.ledger = ledger
+        self.push_store = push_store
+        self.poster = poster
+        self.policy = policy
+        self.clock = clock
+        self.schedule = schedule or RetrySchedule()
+        self.observe = observe
+        self.failures = FailureLog()
+        self.session = 0
+        self.logged: set[str] = set()
+        """Tasks of this process with push configs, whose events a store that logs no other events must log."""
+        self._wake = asyncio.Event()
+        self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._loop: asyncio.Future[None] | None = None
+
+    def logs(self, task_id: str) -> bool:
+        """Whether a save of this task writes its events to the event log for the outbox."""
+        return task_id in self.logged
+
+    async def add(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
+        """Add a push config to its task: its outbox row first (a crash between the two leaves a row whose config is
+        missing, dropped at its first attempt, never a config that is not delivered), its deliveries starting with the
+        events after revision `after`."""
+        self.logged.add(config.task_id)
+        delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        await self.ledger.add_delivery(delivery)
+        await self.push_store.set_info(config.task_id, config, context)
+
+    def stored(self, task_id: str, ended: bool) -> None:
+        """Events of a task with push configs were stored: deliver them now (a task that ended logs no more)."""
+        if ended:
+            self.logged.discard(task_id)
+        self._wake.set()
+
+    async def start(self, session: int) -> None:
+        """Deliver as `session`, from what the store holds (tasks of other sessions' deliveries too)."""
+        self.session = session
+        for delivery in await self.ledger.deliveries(self.agent, dead=False):
+            self.logged.add(delivery.task_id)
+        if self._loop is None:
+            self._loop = asyncio.ensure_future(self._run())
+
+    async def stop(self, grace: float) -> None:
+        """Stop delivering: attempts under way get `grace` seconds, then are abandoned (their holds run out and any
+        replica, this one after a restart, attempts them again)."""
+        jobs = [job for job in (self._loop, *self._running.values()) if job is not None]
+        if self._loop is not None:
+            self._loop.cancel()
+        if jobs:
+            _, late = await asyncio.wait(jobs, timeout=grace)
+            for job in late:
+                job.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait until every event stored so far has been attempted (nothing due, nothing under way), at most
+        `timeout` seconds: what a test waits for."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if self._running:
+                await asyncio.wait(list(self._running.values()), timeout=deadline - loop.time())
+                continue
+            if not await self.ledger.due_deliveries(self.agent, self.clock.now(), 1):
+                return
+            self._wake.set()
+            await asyncio.sleep(0.01)
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self._round()
+            except Exception as error:  # noqa: BLE001 - the store is away: the next round tries again
+                if not transient(error):
+                    log.exception("the push outbox of agent %s failed; trying again", self.agent)
+                else:
+                    OUTAGE.failed(error)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL)
+
+    async def _round(self) -> None:
+        """Start the deliveries due that no live replica holds."""
+        if not self.session:
+            return
+        now = self.clock.now()
+        for delivery in await self.ledger.due_deliveries(self.agent, now, BATCH):
+            key = (delivery.task_id, delivery.config_id)
+            if key in self._running or len(self._running) >= BATCH or not await self._free(delivery, now):
+                continue
+            job = asyncio.ensure_future(self._deliver(delivery))
+            self._running[key] = job
+            job.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+
+    async def _free(self, delivery: Delivery, now: datetime) -> bool:
+        """Whether this process may take the delivery: no one holds it, the hold ran out, or its holder is gone."""
+        if delivery.holder is None or delivery.holder == self.session:
+            return True
+        if delivery.held_until is None or delivery.held_until <= now:
+            return True
+        return not await self.ledger.session_alive(delivery.holder)
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        """Deliver the events after the delivery's revision one by one, in order, each under a hold of its own; stop
+        at the first failure (the next attempt is scheduled) or once the task's end is delivered (the row dropped)."""
+        try:
+            config = await self._config(delivery)
+            while config is not None:
+                until = self.clock.now() + HOLD
+                if not await self.ledger.hold_delivery(delivery, self.session, until):
+                    return
+                held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
+                waiting = await self.ledger.events_after(held.task_id, held.delivered)
+                if not waiting:
+                    await self.ledger.settle_delivery(held, held)
+                    return
+                revision, body = waiting[0]
+                event = orjson.loads(body)
+                if "message" in event:  # a message of the task's: push notifications carry its updates only
+                    settled = held._replace(delivered=revision)
+                else:
+                    settled = await self._attempt(held, config, revision, orjson.dumps(event))
+                if not await self.ledger.settle_delivery(held, settled) or settled.delivered == held.delivered:
+                    return
+                if ends_task(event):
+                    await self.ledger.drop_delivery(held.task_id, held.config_id)
+                    return
+                delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
+        except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
+            if not transient(error):
+                log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)
+            else:
+                OUTAGE.failed(error)
+
+    async def _config(self, delivery: Delivery) -> TaskPushNotificationConfig | None:
+        """The delivery's push config; its row is dropped when the config was deleted."""
+        configs = await self.push_store.get_info_for_dispatch(delivery.task_id)
+        found = next((config for config in configs if config.id == delivery.config_id), None)
+        if found is None:
+            await self.ledger.drop_delivery(delivery.task_id, delivery.config_id)
+        return found
+
+    async def _attempt(self, held: Delivery, config: TaskPushNotificationConfig, revision: int, body: bytes) -> Delivery:
+        """One attempt at one event: the delivery as it stands after it."""
+        reason = await self.policy.refusal(config.url)
+        refused = reason is not None
+        if reason is None:
+            headers = {"webhook-id": delivery_id(held.task_id, held.config_id, revision), "a2a-task-revision": str(revision)}
+            reason = await self.poster.post(config, body, headers)
+        now = self.clock.now()
+        if reason is None:
+            self.failures.delivered(held.task_id, config)
+            self._observe("delivered")
+            return held._replace(delivered=revision, attempts=0, failing_since=None, last_error=None, due_at=now)
+        self.failures.failed(held.task_id, config, reason)
+        attempts = held.attempts + 1
+        since = held.failing_since or now
+        dead = refused or (now - since).total_seconds() >= self.schedule.give_up
+        self._observe("refused" if refused else "failed")
+        if dead:
+            log.warning(
+                "webhook %s of task %s given up at revision %s after %d attempts: %s (a dead letter: an operator can "
+                "deliver it again)", config.id, held.task_id, revision, attempts, reason,
+            )
+            self._observe("dead")
+        due = now + timedelta(seconds=self.schedule.delay(attempts))
+        return held._replace(attempts=attempts, failing_since=since, last_error=reason[:255], due_at=due, dead=dead)
+
+    def _observe(self, outcome: str) -> None:
+        if self.observe is not None:
+            self.observe(outcome)
+
+    async def redeliver(self, task_id: str, config_id: str | None = None) -> int:
+        """An operator delivers a task's dead letters again, from where they stopped; how many."""
+        again = await self.ledger.redeliver(self.agent, task_id, config_id, self.clock.now())
+        if again:
+            self.logged.add(task_id)
+            self._wake.set()
+        return again
+
+    async def dead_letters(self, task_id: str | None = None) -> list[Delivery]:
+        return await self.ledger.deliveries(self.agent, task_id=task_id, dead=True)
