@@ -27,7 +27,7 @@ from tests.claim_support import (
     status_text,
     wait_state,
 )
-from tests.support import DEPLOYER_TOKEN, ServerProcess, user_message
+from tests.support import DEPLOYER_TOKEN, ServerProcess, free_port, user_message
 
 PLAIN = {
     **{name: value for name, value in os.environ.items() if name not in ("FORCE_COLOR", "TTY_COMPATIBLE", TOKEN_ENV)},
@@ -197,3 +197,23 @@ def test_reconcile_reports_an_outcome_with_evidence(tmp_path: Path) -> None:
         assert rollouts(ledger)[task_id] == 0
     finally:
         server.stop()
+
+
+def test_the_server_comes_from_a2a_bridge_url_as_the_token_from_a2a_bridge_token(bridge: ServerProcess) -> None:
+    """`--url` may be left out when `$A2A_BRIDGE_URL` names the server; a `--url` given wins; a bad value is one line."""
+    def run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "a2a_bridge", "tasks", "--json", *args],
+            capture_output=True, text=True, timeout=60, env={**PLAIN, "A2A_BRIDGE_URL": url},
+        )
+
+    from_env = run(url=bridge.url)
+    assert from_env.returncode == 0, from_env.stderr
+    assert from_env.stdout == ok(bridge, "tasks", "--json")
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    assert run("--url", bridge.url, url=unreachable).returncode == 0
+    refused = run(url=unreachable)
+    assert refused.returncode == 1 and unreachable in refused.stderr
+    bad = run(url="ftp://nowhere")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr.startswith("error: $A2A_BRIDGE_URL: expected an http:// or https:// URL") and bad.stderr.count("\n") == 1
