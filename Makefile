@@ -31,7 +31,7 @@ run: ## serve test-runner, code-reviewer and deployer on 127.0.0.1:8000 (SQLite 
 	@$(MAKE) --no-print-directory --question $(STAMP) || $(MAKE) --no-print-directory $(PLAIN)
 	$(BIN)/a2a-bridge serve $(ARGS)
 
-test: $(STAMP) ## run the test suite (~20 min; PYTEST_ARGS="-x -k name": pytest's options; skips what needs ../shared, PostgreSQL, Node or Chromium: `bash .ci/run` runs everything)
+test: $(STAMP) ## run the test suite (~15 min; PYTEST_ARGS="-x -k name": pytest's options; skips what needs ../shared, PostgreSQL, Node or Chromium: `bash .ci/run` runs everything)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 tck: $(STAMP) ## the A2A TCK (../shared/a2a-tck, copied to .tck/ with its own venv) against the conformance agent on every binding (~3 min; TCK_ARGS="--source DIR": tck_run.run's options)
