@@ -307,7 +307,7 @@ class BridgeRequestHandler(RequestHandler):
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         store = self._push_store()
-        task = await self._owned_task(params.task_id, context)
+        await self._owned_task(params.task_id, context)
         await self._check_webhook(params, "")
         config = TaskPushNotificationConfig()
         config.CopyFrom(params)

@@ -19,6 +19,7 @@ from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TOKEN_ENV = "A2A_BRIDGE_TOKEN"
+URL_ENV = "A2A_BRIDGE_URL"
 OUTCOMES = ("completed", "cancelled", "continue", "uncertain")
 STATE_STYLES = {
     "COMPLETED": "green",
@@ -255,10 +256,29 @@ def run_redeliver(args: argparse.Namespace, operator: Operator, out: Console) ->
     out.print(f"delivering {answer['redelivering']} dead letter(s) of {escape(args.task)} ({escape(agent)}) again")
 
 
+def server_url(args: argparse.Namespace) -> str:
+    """`--url`, else `$A2A_BRIDGE_URL`, else the default address."""
+    if args.url is not None:
+        return str(args.url)
+    given = os.environ.get(URL_ENV)
+    if not given:
+        return DEFAULT_URL
+    try:
+        return http_url(given)
+    except argparse.ArgumentTypeError as e:
+        raise CommandError(f"${URL_ENV}: {e}") from None
+
+
 def command(args: argparse.Namespace) -> int:
-    """Run one operator command; 0 on success, 1 when the server refused or could not be reached."""
+    """Run one operator command; 0 on success, 1 when the server refused or could not be reached (2 for a bad
+    $A2A_BRIDGE_URL, as for a bad --url)."""
     out = Console(highlight=False)
-    operator = Operator(args.url, args.token or os.environ.get(TOKEN_ENV) or DEMO_OPERATOR_TOKEN)
+    try:
+        url = server_url(args)
+    except CommandError as error:
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+        return 2
+    operator = Operator(url, args.token or os.environ.get(TOKEN_ENV) or DEMO_OPERATOR_TOKEN)
     try:
         args.action(args, operator, out)
     except CommandError as error:
@@ -279,7 +299,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         if task:
             sub.add_argument("task", metavar="TASK", help="the task id")
             sub.add_argument("--agent", help="the task's agent (default: asked of the console API)")
-        sub.add_argument("--url", type=http_url, default=DEFAULT_URL, help="the server")
+        sub.add_argument("--url", type=http_url, help=f"the server (default: ${URL_ENV}, else {DEFAULT_URL})")
         sub.add_argument(
             "--token", help=f"bearer token (default: ${TOKEN_ENV}, else the demo operator token {DEMO_OPERATOR_TOKEN})",
         )

@@ -11,7 +11,6 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import httpcore
 import httpx

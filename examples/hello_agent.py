@@ -10,7 +10,7 @@ waits in `AUTH_REQUIRED` for the user's review (`POST /hello/tasks/{id}/review` 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part
+from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, Task, TaskState, TaskStatus
 
 from a2a_bridge import REVIEW, WHO_MUST_ACT, Agent, open_window, resume_signal, who_must_act_extension
 
@@ -46,11 +46,25 @@ def first_text(context: RequestContext) -> str:
     return " ".join(part.text for part in message.parts if part.text) if message is not None else ""
 
 
+def new_task(context: RequestContext) -> Task:
+    """A new task's first event: the stock SDK's server accepts no other (`InvalidAgentResponseError`); the bridge
+    merges it into the task it has created, so the executor runs on either."""
+    assert context.message is not None
+    return Task(
+        id=context.task_id or "",
+        context_id=context.context_id or "",
+        status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+        history=[context.message],
+    )
+
+
 class Hello(AgentExecutor):
     """An ordinary a2a-sdk AgentExecutor, which also reads the signal that resumed its turn and opens an operation
     window for its long step."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        if context.current_task is None:
+            await event_queue.enqueue_event(new_task(context))
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         text = first_text(context)
         name = text.split(",")[0].strip() or "world"

@@ -7,9 +7,10 @@ saves batched into one transaction each get their own answer; tasks are counted 
 first by agent, by state and page by page from a cursor."""
 
 import asyncio
+import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -50,13 +51,24 @@ def record(task_id: str, claim_state: str, revision: int, version: int | None = 
     )
 
 
-async def contract(url: str) -> None:
+@contextlib.asynccontextmanager
+async def opened(url: str) -> AsyncIterator[tuple[Stores, Ledger]]:
+    """The stores of a URL, with agent "agent"'s tables, initialised, and their ledger; both closed after."""
     stores = Stores(StoreConfig.parse(url))
-    store, _ = stores.for_agent("agent")
+    stores.for_agent("agent")
     await stores.initialize()
     ledger: Ledger = stores.ledger()
-    owner: ServerCallContext = owner_context(OWNER)
     try:
+        yield stores, ledger
+    finally:
+        await ledger.close()
+        await stores.close()
+
+
+async def contract(url: str) -> None:
+    owner: ServerCallContext = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
         await ledger.start_session(datetime.now(UTC))
         task_id = str(uuid.uuid4())
         await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [], new=True)
@@ -115,9 +127,6 @@ async def contract(url: str) -> None:
             if url != "memory":
                 assert [seq for seq, _ in await ledger.events_after(i, 0)] == ([2] if i in ended else [3])
         assert await ledger.put_if(record(ids[4], "claimed", 4, 3), Claim(state="claimed", claim_generation=1), [])
-    finally:
-        await ledger.close()
-        await stores.close()
 
 
 def test_the_ledger_contract(store_url: str) -> None:
@@ -166,12 +175,9 @@ def test_tasks_are_counted_and_listed_page_by_page(store_url: str) -> None:
 
 
 async def claim_events_and_messages(url: str) -> None:
-    stores = Stores(StoreConfig.parse(url))
-    store, _ = stores.for_agent("agent")
-    await stores.initialize()
-    ledger: Ledger = stores.ledger()
     owner = owner_context(OWNER)
-    try:
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
         session = await ledger.start_session(datetime.now(UTC))
         task_id = str(uuid.uuid4())
         at = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -195,9 +201,6 @@ async def claim_events_and_messages(url: str) -> None:
         await ledger.settle("agent", OWNER, "m-1", task_id, None)
         again = await ledger.remember("agent", OWNER, "m-1", SentMessage("e" * 64, "other", None, session))
         assert again is not None and (again.fingerprint, again.task_id) == ("f" * 64, task_id)
-    finally:
-        await ledger.close()
-        await stores.close()
 
 
 def test_claim_events_and_sent_messages_come_back_as_stored(store_url: str) -> None:
@@ -207,12 +210,9 @@ def test_claim_events_and_sent_messages_come_back_as_stored(store_url: str) -> N
 
 
 async def outbox_rows(url: str) -> None:
-    stores = Stores(StoreConfig.parse(url))
-    store, _ = stores.for_agent("agent")
-    await stores.initialize()
-    ledger: Ledger = stores.ledger()
     owner = owner_context(OWNER)
-    try:
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
         session = await ledger.start_session(datetime.now(UTC))
         now = datetime.now(UTC)
         task_id = str(uuid.uuid4())
@@ -244,9 +244,6 @@ async def outbox_rows(url: str) -> None:
         assert (due.delivered, due.attempts, due.dead) == (1, 0, False), "delivered again from where it stopped"
         await ledger.drop_delivery(task_id, "hook")
         assert await ledger.deliveries("agent", task_id=task_id) == []
-    finally:
-        await ledger.close()
-        await stores.close()
 
 
 def test_push_deliveries_are_held_by_one_and_settled_from_where_they_stopped(store_url: str) -> None:

@@ -20,9 +20,16 @@ DROP_COMPILED = "rm -f .venv/.installed a2a_bridge/*.so"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
+MAKE_ENVIRONMENT = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+"""What a make running the tests (`make test`) passes down, which would make this one a sub-make of it."""
+
+
 def dry_run(folder: Path, target: str) -> list[str]:
-    """The commands `make -n TARGET` would run."""
-    run = subprocess.run(["make", "-n", target], cwd=folder, capture_output=True, text=True, timeout=60)
+    """The commands `make -n TARGET` would run, as a make of its own."""
+    env = {name: value for name, value in os.environ.items() if name not in MAKE_ENVIRONMENT}
+    run = subprocess.run(
+        ["make", "--no-print-directory", "-n", target], cwd=folder, env=env, capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout.splitlines()
 

@@ -31,7 +31,7 @@ from tests.claim_support import (
     status_text,
     wait_state,
 )
-from tests.support import DEPLOYER_TOKEN, LOOPBACK_WEBHOOKS, ServerProcess, rpc, user_message, wait_for
+from tests.support import DEPLOYER_TOKEN, LOOPBACK_WEBHOOKS, ServerProcess, free_port, rpc, user_message, wait_for
 from tests.test_push_outbox import Receiver
 
 DEAD_LETTERS = [*LOOPBACK_WEBHOOKS, "--webhook-retry", "0.3", "--webhook-give-up", "1"]
@@ -288,3 +288,23 @@ def test_the_console_api_lists_dead_letters_across_agents_and_in_their_task(tmp_
         assert [letter["taskId"] for letter in console_dead_letters(server)] == [other]
     finally:
         server.stop()
+
+
+def test_the_server_comes_from_a2a_bridge_url_as_the_token_from_a2a_bridge_token(bridge: ServerProcess) -> None:
+    """`--url` may be left out when `$A2A_BRIDGE_URL` names the server; a `--url` given wins; a bad value is one line."""
+    def run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "a2a_bridge", "tasks", "--json", *args],
+            capture_output=True, text=True, timeout=60, env={**PLAIN, "A2A_BRIDGE_URL": url},
+        )
+
+    from_env = run(url=bridge.url)
+    assert from_env.returncode == 0, from_env.stderr
+    assert from_env.stdout == ok(bridge, "tasks", "--json")
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    assert run("--url", bridge.url, url=unreachable).returncode == 0
+    refused = run(url=unreachable)
+    assert refused.returncode == 1 and unreachable in refused.stderr
+    bad = run(url="ftp://nowhere")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr.startswith("error: $A2A_BRIDGE_URL: expected an http:// or https:// URL") and bad.stderr.count("\n") == 1

@@ -1,0 +1,104 @@
+"""The push outbox's rows on SQLite and PostgreSQL (`ledger.Delivery`, table `bridge_push_deliveries`): the part of
+`SqlLedger` that holds, settles and lists deliveries; what is to deliver is the event log (`bridge_events`)."""
+
+from datetime import datetime
+
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from a2a_bridge.ledger import Delivery
+from a2a_bridge.ledger_tables import deliveries_table, delivery_key, delivery_of, delivery_row, events_table
+
+
+class SqlDeliveries:
+    """The outbox's rows, for `SqlLedger` (which gives the engines, `shared` and `_init`)."""
+
+    engine: AsyncEngine
+    reader: AsyncEngine
+    shared: bool
+
+    async def _init(self) -> None: ...
+
+    async def add_delivery(self, delivery: Delivery) -> None:
+        """The outbox row of a task's new push config, unless it has one."""
+        await self._init()
+        table = deliveries_table
+        insert_row = (postgresql.insert if self.shared else sqlite.insert)(table).on_conflict_do_nothing(
+            index_elements=["task_id", "config_id"]
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(insert_row, delivery_row(delivery))
+
+    async def due_deliveries(self, agent: str, now: datetime, limit: int) -> list[Delivery]:
+        """The agent's deliveries due by `now` that have an event to deliver, the longest due first (held ones too:
+        whether a hold may be taken over is the caller's to judge)."""
+        await self._init()
+        d, e = deliveries_table, events_table
+        waiting = select(e.c.seq).where(and_(e.c.task_id == d.c.task_id, e.c.seq > d.c.delivered)).exists()
+        query = (
+            select(d)
+            .where(and_(d.c.agent == agent, d.c.dead.is_(False), d.c.due_at <= now, waiting))
+            .order_by(d.c.due_at)
+            .limit(limit)
+        )
+        async with self.reader.connect() as conn:
+            return [delivery_of(row) for row in (await conn.execute(query)).all()]
+
+    async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool:
+        """Hold a delivery for `session` until `until`, only if it is still as read (delivered up to the same revision,
+        held as often): one replica delivers it."""
+        await self._init()
+        d = deliveries_table
+        async with self.engine.begin() as conn:
+            held = await conn.execute(
+                update(d)
+                .where(and_(*delivery_key(delivery), d.c.delivered == delivery.delivered, d.c.holds == delivery.holds,
+                            d.c.dead.is_(False)))
+                .values(holder=session, held_until=until, holds=delivery.holds + 1)
+            )
+        return held.rowcount == 1
+
+    async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool:
+        """Store what became of a held delivery (delivered further, or its failure and next attempt), releasing the
+        hold; False (nothing stored) when another replica took the hold over meanwhile."""
+        await self._init()
+        d = deliveries_table
+        values = {**delivery_row(settled), "holder": None, "held_until": None, "holds": held.holds}
+        async with self.engine.begin() as conn:
+            done = await conn.execute(
+                update(d).where(and_(*delivery_key(held), d.c.holder == held.holder, d.c.holds == held.holds)).values(**values)
+            )
+        return done.rowcount == 1
+
+    async def drop_delivery(self, task_id: str, config_id: str) -> None:
+        await self._init()
+        d = deliveries_table
+        async with self.engine.begin() as conn:
+            await conn.execute(delete(d).where(and_(d.c.task_id == task_id, d.c.config_id == config_id)))
+
+    async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]:
+        """The agent's outbox rows: of one task, dead letters only, or all."""
+        await self._init()
+        d = deliveries_table
+        conditions = [d.c.agent == agent]
+        if task_id is not None:
+            conditions.append(d.c.task_id == task_id)
+        if dead is not None:
+            conditions.append(d.c.dead.is_(dead))
+        async with self.reader.connect() as conn:
+            rows = (await conn.execute(select(d).where(and_(*conditions)).order_by(d.c.task_id, d.c.config_id))).all()
+        return [delivery_of(row) for row in rows]
+
+    async def redeliver(self, agent: str, task_id: str, config_id: str | None, now: datetime) -> int:
+        """Dead letters of a task (one config's, or all) delivered again from where they stopped; how many."""
+        await self._init()
+        d = deliveries_table
+        conditions = [d.c.agent == agent, d.c.task_id == task_id, d.c.dead.is_(True)]
+        if config_id is not None:
+            conditions.append(d.c.config_id == config_id)
+        async with self.engine.begin() as conn:
+            again = await conn.execute(
+                update(d).where(and_(*conditions)).values(dead=False, attempts=0, failing_since=None, due_at=now, last_error=None)
+            )
+        return again.rowcount
