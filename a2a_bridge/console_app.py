@@ -5,10 +5,12 @@ Every API path but `/console/api/info` asks for the operator's bearer token (401
 principal that is not the operator); no path ever returns a token. The page keeps the token in sessionStorage, so
 every response carries a Content-Security-Policy that runs only the console's own script file (no inline script, no
 `javascript:` URL), and refuses framing, MIME sniffing and referrers. Its actions call the agents' own
-endpoints: `POST /deployer/approve/{id}`, `POST /{agent}/tasks/{id}/reconcile` and `POST /{agent}/tasks/{id}/cancel`.
+endpoints: `POST /deployer/approve/{id}`, `POST /{agent}/tasks/{id}/reconcile`, `POST /{agent}/tasks/{id}/cancel` and
+`POST /{agent}/tasks/{id}/webhooks/redeliver` (a dead letter delivered again).
 
 The task list (`/console/api/tasks`, and the feed `/console/api/stream`) is one page, newest first, filtered by `agent`
-and `state`; `next` is the cursor of the following page (`before=`). `q` searches task ids and context ids.
+and `state`; `next` is the cursor of the following page (`before=`). `q` searches task ids and context ids. The push
+outbox's dead letters across the agents are `/console/api/webhooks/dead`; one task's answer holds its deliveries.
 """
 
 import asyncio
@@ -39,6 +41,7 @@ from a2a_bridge.ledger import Ledger, TaskQuery, TaskRecord
 from a2a_bridge.states import STATE_TABLE, is_terminal, state_name
 from a2a_bridge.task_host import TaskHost
 from a2a_bridge.task_status import action_requests, status_object
+from a2a_bridge.webhook_routes import delivery_view
 from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 
 if TYPE_CHECKING:
@@ -150,6 +153,7 @@ class Console:
                 Route("/api/tasks/{task_id}/status", self.status, methods=["GET"]),
                 Route("/api/tasks/{task_id}/status/stream", self.status_stream, methods=["GET"]),
                 Route("/api/stream", self.stream, methods=["GET"]),
+                Route("/api/webhooks/dead", self.dead_letters, methods=["GET"]),
                 Route("/favicon.svg", favicon, methods=["GET"]),
                 Mount("/", app=StaticFiles(directory=FILES, html=True)),
             ]
@@ -287,7 +291,8 @@ class Console:
         return rows, cursor_of(query.after) if query.after is not None else None
 
     async def task(self, request: Request) -> Response:
-        """One task: its row, the A2A task (history, artifacts) and the claim view with its events and evidence."""
+        """One task: its row, the A2A task (history, artifacts), the claim view with its events and evidence, and its
+        webhook deliveries (one per push config with events still to deliver or given up)."""
         refused = self._refused(request)
         if refused is not None:
             return refused
@@ -302,8 +307,23 @@ class Console:
                 "row": self.row(task, live),
                 "task": MessageToDict(task),
                 "claim": claim_view(live, await self.ledger.claim_events(task_id)),
+                "webhooks": [delivery_view(d) for d in await self.ledger.deliveries(live.agent, task_id=task_id)],
             }
         )
+
+    async def dead_letters(self, request: Request) -> Response:
+        """The push outbox's dead letters across the agents, the latest to start failing first, each with its agent."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        letters = [
+            letter
+            for name, host in sorted(self.hosts.items())
+            if host.push is not None
+            for letter in await self.ledger.deliveries(name, dead=True)
+        ]
+        letters.sort(key=lambda d: d.failing_since.timestamp() if d.failing_since is not None else 0.0, reverse=True)
+        return JSONResponse({"deadLetters": [{"agent": d.agent, **delivery_view(d)} for d in letters]})
 
     async def _as_owner(self, request: Request) -> BridgeEndpoints | Response:
         """The task's agent's Task Status endpoints, answering as the task's owner: the operator reads any task."""

@@ -42,7 +42,7 @@ def card() -> AgentCard:
         name="bench",
         description="The trivial agent of the benchmark: completes each task with one short text artifact.",
         version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="bench", name="Benchmark", description="Completes at once.", tags=["bench"])],

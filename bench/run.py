@@ -45,6 +45,7 @@ from bench.status_poll import (
     Load,
     Run,
     call,
+    cpu_seconds,
     finished_task,
     free_port,
     http_request,
@@ -287,16 +288,19 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def message_body(method: str, text: str, message_id: str) -> dict[str, object]:
+def message_body(method: str, text: str, message_id: str, configuration: dict[str, object] | None = None) -> dict[str, object]:
     message = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
-    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
+    params: dict[str, object] = {"message": message}
+    if configuration is not None:
+        params["configuration"] = configuration
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
 
 
-def send_request(started: Started, text: str = "hello") -> bytes:
+def send_request(started: Started, text: str = "hello", configuration: dict[str, object] | None = None) -> bytes:
     """A SendMessage request whose messageId ends in PLACEHOLDER, numbered anew each time it is sent (the bridge
     answers a repeated messageId as a retry); the run's tag keeps the ids of two runs apart."""
     tag = f"b{time.time_ns():x}-"
-    body = json.dumps(message_body("SendMessage", text, tag + PLACEHOLDER)).encode()
+    body = json.dumps(message_body("SendMessage", text, tag + PLACEHOLDER, configuration)).encode()
     return http_request("POST", started.server.path, started.port, A2A_HEADERS, body)
 
 
@@ -330,10 +334,10 @@ def rpc_request(started: Started, method: str, params: dict[str, object]) -> byt
     return http_request("POST", started.server.path, started.port, A2A_HEADERS, body)
 
 
-def checked_send(started: Started, text: str = "hello") -> dict[str, Any]:
+def checked_send(started: Started, text: str = "hello", configuration: dict[str, object] | None = None) -> dict[str, Any]:
     """One SendMessage through the standard library, checked before a server is measured."""
     code, _, body = call(started.port, "POST", started.server.path,
-                         message_body("SendMessage", text, f"check-{time.time_ns()}"), A2A_HEADERS)
+                         message_body("SendMessage", text, f"check-{time.time_ns()}", configuration), A2A_HEADERS)
     if code != 200 or started.server.needle not in body:
         raise RuntimeError(f"{started.server.label} answered {code}: {body[:300]!r}")
     answer: dict[str, Any] = json.loads(body)
@@ -1028,6 +1032,224 @@ def render_reads(stats: ReadStats, plan: Plan, listed: list[Server], command: st
     return "\n".join(lines)
 
 
+# Push notifications on the default store (issue 30): SendMessage on SQLite with one push config per task, side by
+# side with the same load without, and the delivery lag. A section of its own (`--only push`), with its own markers.
+
+PUSH_BEGIN, PUSH_END = "<!-- bench:push:begin -->", "<!-- bench:push:end -->"
+PUSH_NETWORK = "127.0.0.1/32"
+"""The network the push section's server may send webhooks to (`--allow-webhook-network`): the loopback receiver."""
+PUSH_BAR = 0.8
+"""Issue 30: SendMessage with a push config per task at this share of the rate without, in the lowest round."""
+DRAIN_SECONDS = 60.0
+"""The cap on waiting, after a run with push configs, for every task's terminal status to reach the receiver."""
+DRAIN_POLL = 0.05
+
+
+@dataclass
+class Deliveries:
+    """What the receiver got from one run with push configs."""
+
+    tasks: int = 0
+    """Tasks the run's SendMessages answered (each with its push config)."""
+    posts: int = 0
+    terminal: int = 0
+    """Terminal status updates received (one per task when every delivery arrived once)."""
+    lags: list[float] = field(default_factory=list)
+    """Seconds from each terminal status's timestamp to the receiver's 2xx."""
+    drained: float | None = None
+    """Seconds after the run's end until the receiver had a terminal status per task (None: not within DRAIN_SECONDS)."""
+    receiver_cpu: float = 0.0
+    """The receiver's share of a core from the run's start to its drain."""
+
+
+@dataclass
+class PushStats:
+    plain: list[Run] = field(default_factory=list)
+    """SendMessage without a push config, one run per round."""
+    push: list[Run] = field(default_factory=list)
+    """SendMessage with one push config per task, one run per round (the same rounds)."""
+    deliveries: list[Deliveries] = field(default_factory=list)
+
+
+@dataclass
+class Receiver:
+    process: "subprocess.Popen[bytes]"
+    port: int
+
+    def stats(self, clear: bool = False) -> dict[str, Any]:
+        """What bench/receiver.py got since it started or was last cleared (cleared after this answer if `clear`)."""
+        code, _, body = call(self.port, "GET", "/stats?clear" if clear else "/stats")
+        if code != 200:
+            raise RuntimeError(f"the webhook receiver answered {code}: {body[:300]!r}")
+        answer: dict[str, Any] = json.loads(body)
+        return answer
+
+    def configuration(self) -> dict[str, object]:
+        """A SendMessage's configuration with one push config: a webhook to this receiver."""
+        return {"taskPushNotificationConfig": {"url": f"http://{HOST}:{self.port}/hook", "token": "bench"}}
+
+
+def push_server(listed: list[Server]) -> Server:
+    """The bridge on a fresh SQLite file that may send webhooks to the loopback receiver; both variants run it."""
+    bridge = next(server for server in listed if server.key == "bridge-sqlite")
+
+    def argv(port: int, database: Path | None) -> list[str]:
+        return [*bridge.argv(port, database), "--allow-webhook-network", PUSH_NETWORK]
+
+    return replace(bridge, key="bridge-sqlite-push", argv=argv)
+
+
+@contextlib.contextmanager
+def receiving(scratch: Path) -> Iterator[Receiver]:
+    """bench/receiver.py on a free loopback port (on the client's core where the machine has two), stopped on exit."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.receiver", str(port)]
+    if PINNED:
+        argv = ["taskset", "-c", str(CLIENT_CORE), *argv]
+    log = scratch / "receiver.log"
+    with log.open("wb") as errors:
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+        wait_listening("the webhook receiver", port, process, log)
+        yield Receiver(process, port)
+    finally:
+        stop(process)
+
+
+async def drain(receiver: Receiver, tasks: int) -> float | None:
+    """Seconds until the receiver holds a terminal status for `tasks` tasks; None if not within DRAIN_SECONDS."""
+    began = time.monotonic()
+    while time.monotonic() - began < DRAIN_SECONDS:
+        if receiver.stats()["terminal"] >= tasks:
+            return time.monotonic() - began
+        await asyncio.sleep(DRAIN_POLL)
+    return None
+
+
+async def measure_push_run(started: Started, receiver: Receiver, plan: Plan) -> tuple[Run, Deliveries]:
+    """SendMessage with one push config per task at full concurrency, then the wait for its deliveries; the
+    receiver cleared first, once the warm-up's deliveries have arrived."""
+    load = Load(plan.connections, MAX_REQUESTS, plan.seconds)
+    configuration = receiver.configuration()
+    warmed = receiver.stats()["terminal"]
+    checked_send(started, configuration=configuration)
+    warmup = await load_run("warmup", started, send_request(started, configuration=configuration), 200,
+                            replace(load, seconds=plan.warmup))
+    await drain(receiver, warmed + 1 + warmup.completed - warmup.unexpected)
+    receiver.stats(clear=True)
+    receiver_before = cpu_seconds(receiver.process.pid)
+    began = time.perf_counter()
+    run = await load_run("SendMessage", started, send_request(started, configuration=configuration), 200, load,
+                         started.server.needle)
+    deliveries = Deliveries(tasks=run.completed - run.unexpected)
+    deliveries.drained = await drain(receiver, deliveries.tasks)
+    got = receiver.stats(clear=True)
+    deliveries.posts, deliveries.terminal = got["posts"], got["terminal"]
+    deliveries.lags = [lag / 1e6 for lag in got["lags_us"]]
+    deliveries.receiver_cpu = (cpu_seconds(receiver.process.pid) - receiver_before) / (time.perf_counter() - began)
+    return run, deliveries
+
+
+async def steady_push(started: Started, receiver: Receiver, plan: Plan) -> tuple[Run, Deliveries]:
+    """`steady` for the run with push configs: run again once when contended, the calmer kept with its deliveries."""
+    first = await measure_push_run(started, receiver, plan)
+    if waited(first[0]) <= CONTENDED:
+        return first
+    return min(first, await measure_push_run(started, receiver, plan), key=lambda measured: waited(measured[0]))
+
+
+async def measure_push_section(plan: Plan, listed: list[Server], scratch: Path) -> PushStats:
+    """Each round: the bridge on a fresh SQLite file without push configs and with one per task (order alternating
+    between rounds), each run by a server of its own; one receiver for the round."""
+    stats = PushStats()
+    server = push_server(listed)
+    for number in range(plan.rounds):
+        progress(f"push: round {number + 1}/{plan.rounds}")
+        with receiving(scratch) as receiver:
+            for variant in (("plain", "push") if number % 2 == 0 else ("push", "plain")):
+                with running(server, scratch) as started:
+                    if variant == "plain":
+                        run = await measure_send(started, plan)
+                        stats.plain.append(run)
+                        continue
+                    run, deliveries = await steady_push(started, receiver, plan)
+                    stats.push.append(run)
+                    stats.deliveries.append(deliveries)
+                    drained = "never" if deliveries.drained is None else f"{deliveries.drained:.2f} s"
+                    progress(f"  with a push config per task: SendMessage {summary(run)}; receiver CPU "
+                             f"{deliveries.receiver_cpu:.0%}; {deliveries.terminal:,} terminal of {deliveries.tasks:,} "
+                             f"tasks ({deliveries.posts:,} webhooks), all in {drained} after the run; lag p50 "
+                             f"{percentile(deliveries.lags, 0.5) * 1000:.1f} ms, p99 "
+                             f"{percentile(deliveries.lags, 0.99) * 1000:.1f} ms")
+    return stats
+
+
+def push_ratios(stats: PushStats) -> list[float]:
+    """Each round's rate with push configs over its rate without."""
+    return [push.rate / plain.rate if plain.rate else 0.0 for plain, push in zip(stats.plain, stats.push)]
+
+
+def push_acceptance(stats: PushStats) -> list[tuple[str, bool | None]]:
+    ratios = push_ratios(stats)
+    lags = [lag for deliveries in stats.deliveries for lag in deliveries.lags]
+    tasks = sum(deliveries.tasks for deliveries in stats.deliveries)
+    terminal = sum(deliveries.terminal for deliveries in stats.deliveries)
+    every = all(deliveries.drained is not None for deliveries in stats.deliveries)
+    return [
+        (f"SendMessage on SQLite with one push config per task {min(ratios):.2f}× the rate without push in the lowest "
+         f"round (median round {statistics.median(ratios):.2f}×; bar ≥ {PUSH_BAR}×)", min(ratios) >= PUSH_BAR),
+        (f"every task's terminal status delivered: {terminal:,} terminal webhooks for {tasks:,} tasks, each round's "
+         f"within {DRAIN_SECONDS:g} s of its end", every),
+        (f"delivery lag from the terminal status's timestamp to the receiver's 2xx: p50 "
+         f"{percentile(lags, 0.5) * 1000:.1f} ms, p99 {percentile(lags, 0.99) * 1000:.1f} ms (no bar)", None),
+    ]
+
+
+def render_push(stats: PushStats, plan: Plan, command: str, load: float) -> str:
+    ratios = push_ratios(stats)
+    base = median_rate(stats.plain)
+    lines = [
+        "## Push notifications on the default store (issue 30)",
+        "",
+        f"Measured with `{command}`: {cpu_model()}, {os.cpu_count()} cores, "
+        f"{'server on core 0, load client and webhook receiver on core 1' if PINNED else 'unpinned'}; load average "
+        f"{load:.2f} before the run; CPython {platform.python_version()} ({sys.executable}); load by {load_client()}. "
+        f"Blocking SendMessage to a2a-bridge on a fresh SQLite file (`--allow-webhook-network {PUSH_NETWORK}`), "
+        "without a push config and with `configuration.taskPushNotificationConfig` in every message (a webhook to "
+        f"bench/receiver.py, a bare asyncio HTTP server answering 200 at once), {plan.connections} connections, "
+        f"{plan.rounds} rounds of {plan.seconds:g} s after {plan.warmup:g} s of warm-up, the two variants alternating "
+        "in order, each on a server of its own; medians. The lag is the receiver's clock when it writes its 2xx minus "
+        "the terminal status's `timestamp` in the webhook's body, over every task of the runs: the status is made "
+        "just before the save that commits it, so the lag also counts the save's wait for its transaction, up to the "
+        "SendMessage's own latency (its p99 above). After each run the bench waits for a terminal status per task.",
+        "",
+        "| SendMessage | req/s | p99 ms | vs without push | server CPU (waited) | client CPU (waited) | req/s per round "
+        "| unexpected |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for label, runs in (("without push", stats.plain), ("one push config per task", stats.push)):
+        rate = median_rate(runs)
+        lines.append(f"| {label} | {rate:,.0f} | {median_p99_ms(runs):.1f} | {ratio(rate, base)} "
+                     f"| {cpu(runs, 'server')} | {cpu(runs, 'client')} | {', '.join(f'{r.rate:,.0f}' for r in runs)} "
+                     f"| {sum(r.unexpected for r in runs)} |")
+    lines += [
+        "",
+        "| round | with / without push | tasks | webhooks | terminal webhooks | lag p50 ms | lag p99 ms | lag max ms "
+        "| all delivered after the run | receiver CPU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for number, (share, deliveries) in enumerate(zip(ratios, stats.deliveries), 1):
+        lags = deliveries.lags
+        drained = "not in time" if deliveries.drained is None else f"{deliveries.drained:.2f} s"
+        lines.append(f"| {number} | {share:.2f}× | {deliveries.tasks:,} | {deliveries.posts:,} | {deliveries.terminal:,} "
+                     f"| {percentile(lags, 0.5) * 1000:.1f} | {percentile(lags, 0.99) * 1000:.1f} "
+                     f"| {max(lags, default=0.0) * 1000:.1f} | {drained} | {deliveries.receiver_cpu:.0%} |")
+    lines += ["", "### Acceptance (issue 30, push)", "",
+              *[f"- {'INFO' if passed is None else 'PASS' if passed else 'FAIL'}: {text}"
+                for text, passed in push_acceptance(stats)]]
+    return "\n".join(lines)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     root.add_argument("--quick", action="store_true", help="one short round and smaller stores (make bench-quick)")
@@ -1036,7 +1258,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--large-store", type=int, help="tasks in the large SQLite store")
     root.add_argument("--bridge-root", type=Path, default=ROOT, help="run a2a-bridge from this source tree")
     root.add_argument("--no-write", action="store_true", help=f"print only; do not update {PERFORMANCE.relative_to(ROOT)}")
-    root.add_argument("--only", choices=["replicas", "reads"], help="measure only this part (and write only its section)")
+    root.add_argument("--only", choices=["replicas", "reads", "push"], help="measure only this part (and write only its section)")
     return root
 
 
@@ -1058,30 +1280,24 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as scratch, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         results = None if args.only else runner.run(measure_all(plan, listed, Path(scratch)))
         reads = runner.run(measure_reads_section(plan, listed, Path(scratch))) if args.only in (None, "reads") else None
-        if args.only == "reads":
-            assert reads is not None
-            report = render_reads(reads, plan, listed, command, load)
-            print(report)
-            if not args.no_write:
-                write_doc(report, begin=READS_BEGIN, end=READS_END)
-            return
-        if pg:
+        push = runner.run(measure_push_section(plan, listed, Path(scratch))) if args.only in (None, "push") else None
+        replicas = None
+        if pg and args.only in (None, "replicas"):
             progress(f"replicas: two bridge processes on PostgreSQL, {plan.replica_samples} samples of each measure")
-        replicas = runner.run(measure_replicas(pg, plan.replica_samples, Path(scratch))) if pg else None
-    replica_report = render_replicas(replicas, plan, command, load)
+            replicas = runner.run(measure_replicas(pg, plan.replica_samples, Path(scratch)))
+    sections: list[tuple[str, str, str]] = []
     if results is not None:
-        report = render(results, plan, listed, command, time.monotonic() - started, load)
+        sections.append((render(results, plan, listed, command, time.monotonic() - started, load), BEGIN, END))
+    if args.only in (None, "replicas"):
+        sections.append((render_replicas(replicas, plan, command, load), REPLICAS_BEGIN, REPLICAS_END))
+    if reads is not None:
+        sections.append((render_reads(reads, plan, listed, command, load), READS_BEGIN, READS_END))
+    if push is not None:
+        sections.append((render_push(push, plan, command, load), PUSH_BEGIN, PUSH_END))
+    for report, begin, end in sections:
         print(report)
         if not args.no_write:
-            write_doc(report)
-    print(replica_report)
-    if not args.no_write:
-        write_doc(replica_report, begin=REPLICAS_BEGIN, end=REPLICAS_END)
-    if reads is not None:
-        reads_report = render_reads(reads, plan, listed, command, load)
-        print(reads_report)
-        if not args.no_write:
-            write_doc(reads_report, begin=READS_BEGIN, end=READS_END)
+            write_doc(report, begin=begin, end=end)
 
 
 if __name__ == "__main__":

@@ -164,3 +164,19 @@ def test_back_to_back_events_reach_the_client_while_the_agent_still_emits(tmp_pa
     first_arrival = events[0][2]
     last_emit = events[-1][1]
     assert first_arrival < last_emit
+
+
+def test_push_section_times_both_variants_and_hears_every_terminal_status(tmp_path: Path) -> None:
+    """One short round of the push section (issue 30): the bridge on SQLite without and with a push config per task,
+    bench/receiver.py counting the webhooks and timing each terminal status's lag."""
+    plan = run.Plan(rounds=1, seconds=1.0, warmup=0.5, connections=4)
+    stats = asyncio.run(run.measure_push_section(plan, run.servers(), tmp_path))
+    assert len(stats.plain) == len(stats.push) == len(stats.deliveries) == 1
+    plain, push, deliveries = stats.plain[0], stats.push[0], stats.deliveries[0]
+    assert plain.completed > 0 and plain.unexpected == 0 and push.completed > 0 and push.unexpected == 0
+    assert deliveries.drained is not None and deliveries.terminal >= deliveries.tasks > 0
+    assert deliveries.posts >= 2 * deliveries.tasks, "the artifact and the terminal status of every task"
+    assert len(deliveries.lags) == deliveries.terminal and all(0 < lag < run.DRAIN_SECONDS for lag in deliveries.lags)
+    report = run.render_push(stats, plan, "python -m bench.run --only push", 0.5)
+    assert "| one push config per task |" in report and "### Acceptance (issue 30, push)" in report
+    assert "- PASS: every task's terminal status delivered" in report

@@ -1,8 +1,9 @@
 """The operator console in headless Chromium (Debian's `chromium`, driven by `playwright-core` from tests/browser/):
 a deploy shown live up to AUTH_REQUIRED and approved with a click, a running task canceled (and shown as canceled beside
 its Task Status reason), a deploy left in needs_reconciliation by a crash reconciled from its page, the list paged,
-filtered and searched and its actions reachable in a narrow window, and a `javascript:` URL planted in a message, an
-artifact and a remote agent's artifact that never runs. Screenshots go to build/console/."""
+filtered and searched and its actions reachable in a narrow window, a `javascript:` URL planted in a message, an
+artifact and a remote agent's artifact that never runs, and dead-lettered webhooks listed and delivered again with a
+click, from the list and from a task's page. Screenshots go to build/console/."""
 
 import json
 import os
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
@@ -28,12 +30,16 @@ from tests.remote_support import JsRemote
 
 from tests.claim_support import (
     CRASH_PACE,
+    OPERATOR,
+    UNIT_TESTS,
     claim_view,
     crash_mid_rollout,
     get_task,
     rollouts,
 )
-from tests.support import ServerProcess, rpc, serve_in_thread, user_message
+from tests.support import ServerProcess, rpc, serve_in_thread, user_message, wait_for
+from tests.test_operator_cli import DEAD_LETTERS, hooked
+from tests.test_push_outbox import Receiver, check_order_and_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 BROWSER_DIR = ROOT / "tests" / "browser"
@@ -276,3 +282,64 @@ def test_a_javascript_url_in_an_agents_artifact_never_runs(node: str) -> None:
         arg = json.dumps({"token": token, "tasks": [task["id"]], "payload": PAYLOAD})
         steps = drive(node, "xss", base, str(SCREENSHOTS), arg)
     assert_nothing_ran(steps, [task["id"]], token)
+
+
+def dead_letters_of(server: ServerProcess, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """test-runner's dead letters (its own endpoint, not the console's), by task, once these tasks all have one."""
+
+    def listed() -> dict[str, dict[str, Any]] | None:
+        answer = httpx.get(f"{server.agent('test-runner')}/webhooks/dead", headers=OPERATOR, timeout=10).json()
+        letters = {letter["taskId"]: letter for letter in answer["deadLetters"]}
+        return letters if letters.keys() >= set(task_ids) else None
+
+    return wait_for(listed, timeout=30, interval=0.1, what="the dead letters")
+
+
+HOSTILE_CONFIG = "<img src=x onerror=\"document.title='owned'\">"
+"""A push config id, chosen by the caller, that would run as script if the page wrote it as HTML."""
+
+
+def test_a_dead_letter_is_listed_and_delivered_again_with_a_click(node: str, tmp_path: Path) -> None:
+    """Three webhooks answered 500 past --webhook-give-up: the console lists them; with the receiver answering 200, one
+    is delivered again from the list, one another operator delivered first fails to with the server's reason, and one
+    is delivered again from its task's page; the receiver gets each task's terminal state."""
+    receiver = Receiver(answer=500)
+    receiver.up()
+    server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=0.05, extra=DEAD_LETTERS).start()
+    try:
+        listed = hooked(server, "test-runner", UNIT_TESTS, receiver.url, HOSTILE_CONFIG)
+        stale = hooked(server, "test-runner", UNIT_TESTS, receiver.url, "stale-hook")
+        on_page = hooked(server, "test-runner", UNIT_TESTS, receiver.url, "page-hook")
+        letters = dead_letters_of(server, [listed, stale, on_page])
+        receiver.answer = 200
+        arg = json.dumps({"listed": listed, "stale": stale, "onPage": on_page})
+        steps = drive(node, "dead-letters", server.url, str(SCREENSHOTS), arg)
+        wait_for(lambda: receiver.ended([listed, stale, on_page]), timeout=30, what="the terminal states delivered again")
+        check_order_and_ids(receiver.got(), [listed, stale, on_page])
+    finally:
+        server.stop()
+        receiver.down()
+    step = steps["dead-letters"]
+    rows = {row["task"]: row for row in step["rows"]}
+    assert set(rows) == {listed, stale, on_page}
+    letter = letters[listed]
+    assert rows[listed] == {
+        "task": listed,
+        "link": f"#/tasks/{listed}",
+        "agent": "test-runner",
+        "config": HOSTILE_CONFIG,
+        "revision": str(letter["deliveredRevision"]),
+        "attempts": str(letter["attempts"]),
+        "lastError": "HTTP 500",
+        "failingSince": letter["failingSince"].replace("T", " ")[:19] + " UTC",
+        "buttons": ["Deliver again"],
+    }
+    assert step["planted"] == 0 and step["title"] == "a2a-bridge · operator console", "the config id stayed text"
+    assert step["current"] == "dead-letters"
+    assert step["refused"] == "Deliver again failed: No dead letter of this task to deliver again"
+    assert step["delivering"] == f"Delivering webhook {HOSTILE_CONFIG} of {listed[:8]} again."
+    assert step["left"] == [on_page]
+    page = steps["task-dead-letter"]
+    assert page["before"]["config"] == "page-hook"
+    assert page["before"]["cells"][:2] == ["page-hook", "dead letter"] and "HTTP 500" in page["before"]["cells"]
+    assert page["notice"] == f"Delivering webhook page-hook of {on_page[:8]} again."

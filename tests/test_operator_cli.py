@@ -1,10 +1,13 @@
 """The operator's commands against a live server: `a2a-bridge tasks`, `status [--watch]`, `approve`, `reconcile` and
-`cancel`, and the console API they ask for a task's agent."""
+`cancel`, and the console API they ask for a task's agent; the console API's dead letters, across the agents and in a
+task's view."""
 
 import json
 import os
 import subprocess
 import sys
+import uuid
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +24,21 @@ from tests.claim_support import (
     claim_view,
     crash_mid_rollout,
     get_task,
+    headers_for,
     rollouts,
     start,
     start_deploys,
     status_text,
     wait_state,
 )
-from tests.support import DEPLOYER_TOKEN, ServerProcess, free_port, user_message
+from tests.support import DEPLOYER_TOKEN, LOOPBACK_WEBHOOKS, ServerProcess, free_port, rpc, user_message, wait_for
+from tests.test_push_outbox import Receiver
+
+DEAD_LETTERS = [*LOOPBACK_WEBHOOKS, "--webhook-retry", "0.3", "--webhook-give-up", "1"]
+"""A server whose webhooks to 127.0.0.1 are retried after 0.3 s, doubling, and given up after failing for a second."""
+PUSH_AGENTS = ["--agent", "test-runner", "--agent", "conformance"]
+"""Two agents that take push configs (test-runner's tasks complete; so do conformance's, for a message id it does not
+script)."""
 
 PLAIN = {
     **{name: value for name, value in os.environ.items() if name not in ("FORCE_COLOR", "TTY_COMPATIBLE", TOKEN_ENV)},
@@ -195,6 +206,86 @@ def test_reconcile_reports_an_outcome_with_evidence(tmp_path: Path) -> None:
         assert event["operation"] == "reconcile_completed"
         assert event["evidence"] == {"note": "checked staging", "checked_by": "cli"}
         assert rollouts(ledger)[task_id] == 0
+    finally:
+        server.stop()
+
+
+def hooked(server: ServerProcess, agent: str, text: str, hook: str, config_id: str) -> str:
+    """A task of `agent` with one push config, `config_id`, to `hook`, sent without waiting; its id."""
+    params = {
+        "message": user_message(text, f"hooked-{uuid.uuid4()}"),
+        "configuration": {"returnImmediately": True, "taskPushNotificationConfig": {"id": config_id, "url": hook}},
+    }
+    reply = rpc(server.agent(agent), "SendMessage", params, headers=headers_for(agent))
+    assert "result" in reply, reply
+    return reply["result"]["task"]["id"]
+
+
+def console_dead_letters(server: ServerProcess) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{server.url}/console/api/webhooks/dead", headers=OPERATOR, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["deadLetters"]
+
+
+def dead_lettered(server: ServerProcess, task_ids: list[str]) -> list[dict[str, Any]]:
+    """The console's dead letters once every one of these tasks has one."""
+
+    def listed() -> list[dict[str, Any]] | None:
+        letters = console_dead_letters(server)
+        return letters if {letter["taskId"] for letter in letters} >= set(task_ids) else None
+
+    return wait_for(listed, timeout=30, interval=0.1, what="the dead letters")
+
+
+def console_task(server: ServerProcess, task_id: str) -> dict[str, Any]:
+    answer = httpx.get(f"{server.url}/console/api/tasks/{task_id}", headers=OPERATOR, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    hooks = Receiver()
+    yield hooks
+    hooks.down()
+
+
+def test_the_console_api_lists_dead_letters_across_agents_and_in_their_task(tmp_path: Path, receiver: Receiver) -> None:
+    """A receiver answering 500 past --webhook-give-up: each agent's dead letter in the console's list (the operator's
+    only) and in its task's view, until an operator delivers it again to the receiver, now answering 200."""
+    receiver.answer = 500
+    receiver.up()
+    server = ServerProcess(f"sqlite:///{tmp_path / 'b.db'}", pace=0.05, extra=[*PUSH_AGENTS, *DEAD_LETTERS]).start()
+    try:
+        run = hooked(server, "test-runner", UNIT_TESTS, receiver.url, "ci-hook")
+        other = hooked(server, "conformance", "Hello", receiver.url, "tck-hook")
+        plain = start(server, "test-runner", user_message(UNIT_TESTS, f"unhooked-{uuid.uuid4()}"))["id"]
+        letters = dead_lettered(server, [run, other])
+        assert [(letter["agent"], letter["taskId"], letter["configId"]) for letter in letters if letter["taskId"] == run] == [
+            ("test-runner", run, "ci-hook")
+        ]
+        assert {letter["agent"] for letter in letters} == {"test-runner", "conformance"}
+        [letter] = [letter for letter in letters if letter["taskId"] == run]
+        attempted = {r.revision for r in receiver.got() if r.task_id == run}
+        assert attempted == {min(attempted)} and min(attempted) > letter["deliveredRevision"], "stopped at one revision"
+        assert letter["dead"] is True and letter["nextAttempt"] is None and letter["lastError"] == "HTTP 500"
+        assert letter["attempts"] == sum(1 for r in receiver.got() if r.task_id == run) >= 2
+        assert datetime.fromisoformat(letter["failingSince"]) <= datetime.now(UTC)
+        times = [letter["failingSince"] for letter in letters]
+        assert times == sorted(times, reverse=True), "the latest to start failing first"
+
+        assert console_task(server, run)["webhooks"] == [{k: v for k, v in letter.items() if k != "agent"}]
+        assert console_task(server, plain)["webhooks"] == []
+        assert httpx.get(f"{server.url}/console/api/webhooks/dead", timeout=10).status_code == 401
+
+        receiver.answer = 200
+        again = httpx.post(
+            f"{server.url}/test-runner/tasks/{run}/webhooks/redeliver", json={"configId": "ci-hook"}, headers=OPERATOR, timeout=10
+        )
+        assert again.status_code == 200, again.text
+        wait_for(lambda: receiver.ended([run]), timeout=30, what="the terminal state after the redelivery")
+        wait_for(lambda: console_task(server, run)["webhooks"] == [], timeout=30, what="the delivery done with")
+        assert [letter["taskId"] for letter in console_dead_letters(server)] == [other]
     finally:
         server.stop()
 

@@ -1,8 +1,9 @@
 // The operator console: signs in with the operator's token (kept in sessionStorage), follows the server's change feed
 // (/console/api/stream, Server-Sent Events read through fetch so that the token goes in a header), and calls the
-// agents' own endpoints for approve, reconcile and cancel. The list is one page of the feed, filtered by agent and
-// state; a search (task id or context id) asks /console/api/tasks for its page instead, and the feed then only
-// refreshes the rows that page shows. Pages go on with the server's `next` cursor.
+// agents' own endpoints for approve, reconcile, cancel and a dead letter's redelivery. The list is one page of the
+// feed, filtered by agent and state; a search (task id or context id) asks /console/api/tasks for its page instead,
+// and the feed then only refreshes the rows that page shows. Pages go on with the server's `next` cursor. The dead
+// letters (/console/api/webhooks/dead) are read when their view opens, on Refresh and after each redelivery.
 'use strict';
 
 (() => {
@@ -19,6 +20,7 @@
     before: null,
     earlier: [],
     next: null,
+    deadLoads: 0,
   };
   const $ = (selector, root = document) => root.querySelector(selector);
 
@@ -42,6 +44,7 @@
   const shortState = (name) => (name || '').replace(/^TASK_STATE_/, '');
   const shortId = (id) => (id.length > 13 ? `${id.slice(0, 8)}…` : id);
   const time = (stamp) => (stamp ? new Date(stamp).toISOString().slice(11, 19) : '');
+  const moment = (stamp) => (stamp ? `${new Date(stamp).toISOString().replace('T', ' ').slice(0, 19)} UTC` : '—');
 
   function badge(name) {
     const label = shortState(name);
@@ -176,13 +179,10 @@
   // --- actions --------------------------------------------------------------------------------------------------
 
   function notice(text, error = false) {
-    const box = $('#notice');
-    box.textContent = text;
-    box.className = error ? 'notice error' : 'notice';
-    const detail = $('#task-notice');
-    if (detail) {
-      detail.textContent = text;
-      detail.className = error ? 'notice error' : 'notice';
+    for (const box of [$('#notice'), $('#dead-notice'), $('#task-notice')]) {
+      if (!box) continue;
+      box.textContent = text;
+      box.className = error ? 'notice error' : 'notice';
     }
   }
 
@@ -234,6 +234,32 @@
       }));
     }
     return buttons;
+  }
+
+  // A dead letter (one task's push config the outbox gave up) delivered again from where it stopped; the views that
+  // show it are read again, whether it worked or not (another operator may have delivered it already).
+  async function redeliver(letter) {
+    const path = `/${encodeURIComponent(letter.agent)}/tasks/${encodeURIComponent(letter.taskId)}/webhooks/redeliver`;
+    try {
+      await call(path, {
+        method: 'POST',
+        body: JSON.stringify({ configId: letter.configId }),
+        headers: { 'Content-Type': 'application/json' },
+      });
+      notice(`Delivering webhook ${letter.configId} of ${letter.taskId.slice(0, 8)} again.`);
+    } catch (error) {
+      if (error instanceof SignedOut) return;
+      notice(`Deliver again failed: ${error.message}`, true);
+    }
+    if (!$('#dead-view').hidden) loadDeadLetters();
+    if (state.openTask === letter.taskId) loadTask(letter.taskId);
+  }
+
+  function redeliverButton(letter) {
+    return el('button', {
+      type: 'button', class: 'primary', 'data-action': 'redeliver', text: 'Deliver again',
+      on: { click: (event) => { event.currentTarget.disabled = true; redeliver(letter); } },
+    });
   }
 
   // --- the list ---------------------------------------------------------------------------------------------------
@@ -316,6 +342,31 @@
     if (!state.earlier.length) return;
     state.before = state.earlier.pop();
     reloadList();
+  }
+
+  // --- dead letters ---------------------------------------------------------------------------------------------
+
+  async function loadDeadLetters() {
+    const ticket = ++state.deadLoads;
+    try {
+      const body = await call('api/webhooks/dead');
+      if (ticket === state.deadLoads) renderDeadLetters(body.deadLetters);
+    } catch (error) {
+      if (!(error instanceof SignedOut) && ticket === state.deadLoads) notice(`Could not load the dead letters: ${error.message}`, true);
+    }
+  }
+
+  function renderDeadLetters(letters) {
+    $('#dead-letters tbody').replaceChildren(...letters.map((letter) => el('tr', { 'data-task-id': letter.taskId, 'data-config-id': letter.configId },
+      el('td', { class: 'task' }, el('a', { href: `#/tasks/${encodeURIComponent(letter.taskId)}`, title: letter.taskId, class: 'mono', text: shortId(letter.taskId) })),
+      el('td', { class: 'agent', text: letter.agent }),
+      el('td', { class: 'config' }, el('code', { text: letter.configId })),
+      el('td', { class: 'revision num', text: String(letter.deliveredRevision) }),
+      el('td', { class: 'attempts num', text: String(letter.attempts) }),
+      el('td', { class: 'last-error', text: letter.lastError || '—' }),
+      el('td', { class: 'failing-since mono', text: moment(letter.failingSince) }),
+      el('td', { class: 'actions' }, redeliverButton(letter)))));
+    $('#no-dead-letters').hidden = letters.length > 0;
   }
 
   // --- one task -------------------------------------------------------------------------------------------------
@@ -405,11 +456,34 @@
     }
   }
 
+  function deliveryState(delivery) {
+    if (delivery.dead) return 'dead letter';
+    return delivery.attempts ? 'retrying' : 'pending';
+  }
+
+  function deliveriesView(row, webhooks) {
+    if (!webhooks.length) return el('p', { class: 'hint', text: 'Nothing left to deliver: no push config, or every one is up to date.' });
+    const rows = webhooks.map((delivery) => el('tr', { 'data-config-id': delivery.configId, 'data-dead': String(delivery.dead) },
+      el('td', {}, el('code', { text: delivery.configId })),
+      el('td', { class: 'delivery-state', text: deliveryState(delivery) }),
+      el('td', { class: 'num', text: String(delivery.deliveredRevision) }),
+      el('td', { class: 'num', text: String(delivery.attempts) }),
+      el('td', { class: 'mono', text: moment(delivery.nextAttempt) }),
+      el('td', { class: 'mono', text: moment(delivery.failingSince) }),
+      el('td', { class: 'last-error', text: delivery.lastError || '—' }),
+      el('td', { class: 'actions' }, delivery.dead ? redeliverButton({ ...delivery, agent: row.agent }) : null)));
+    return el('div', { class: 'scroll' }, el('table', { class: 'deliveries' },
+      el('thead', {}, el('tr', {}, ['config', 'state', 'delivered up to', 'attempts', 'next attempt', 'failing since', 'last error', '']
+        .map((h) => el('th', { text: h })))),
+      el('tbody', {}, rows)));
+  }
+
   function renderTask(detail) {
-    const { row, task, claim } = detail;
+    const { row, task, claim, webhooks } = detail;
     state.rows.set(row.id, row);
     const container = $('#task');
     const kept = container.querySelector('form.reconcile');
+    const said = container.querySelector(`[data-task-id="${CSS.escape(row.id)}"] #task-notice`);
     const history = task.history || [];
     const artifacts = task.artifacts || [];
     const chips = row.status.notifications.map((n) => el('span', { class: 'chip', text: notificationLabel(n) }));
@@ -450,10 +524,11 @@
     const view = el('div', { 'data-task-id': row.id, 'data-state': shortState(row.state) },
       el('div', { class: 'heading' }, el('h1', {}, 'Task ', el('code', { text: row.id })), badge(row.state)),
       el('p', { class: 'status-message', text: row.message || '(no status message)' }),
-      el('p', { id: 'task-notice', class: 'notice', role: 'status' }),
+      el('p', { id: 'task-notice', class: said ? said.className : 'notice', role: 'status', text: said ? said.textContent : '' }),
       el('div', { class: 'columns' }, statusCard, claimCard),
       el('div', { class: 'actions' }, actionButtons(row).filter((node) => node.dataset.action !== 'reconcile')),
       row.actions.includes('reconcile') ? (kept || reconcileForm(row)) : null,
+      section('Webhook deliveries', webhooks.length, deliveriesView(row, webhooks)),
       section('History', history.length, messages),
       section('Artifacts', artifacts.length, outputs),
       section('Claim events', claim.events.length, events));
@@ -463,7 +538,12 @@
   // --- pages ----------------------------------------------------------------------------------------------------
 
   function show(id) {
-    for (const section of ['#sign-in', '#tasks-view', '#task-view']) $(section).hidden = section !== id;
+    for (const section of ['#sign-in', '#tasks-view', '#dead-view', '#task-view']) $(section).hidden = section !== id;
+    const current = { '#tasks-view': 'tasks', '#dead-view': 'dead-letters' }[id];
+    for (const link of document.querySelectorAll('#views a')) {
+      if (link.dataset.view === current) link.setAttribute('aria-current', 'page');
+      else link.removeAttribute('aria-current');
+    }
   }
 
   function route() {
@@ -477,6 +557,9 @@
       show('#task-view');
       $('#task').replaceChildren(el('p', { class: 'hint', text: 'Loading…' }));
       loadTask(state.openTask);
+    } else if (location.hash === '#/dead-letters') {
+      show('#dead-view');
+      loadDeadLetters();
     } else {
       show('#tasks-view');
       renderTasks(new Set());
@@ -485,6 +568,7 @@
 
   function start() {
     $('#sign-out').hidden = false;
+    $('#views').hidden = false;
     route();
     openFeed();
   }
@@ -497,6 +581,8 @@
     state.feed = null;
     setFeed('off');
     $('#sign-out').hidden = true;
+    $('#views').hidden = true;
+    $('#dead-letters tbody').replaceChildren();
     $('#sign-in-error').textContent = message;
     route();
   }
@@ -542,6 +628,7 @@
   $('#filter-clear').addEventListener('click', clearFilters);
   $('#page-older').addEventListener('click', older);
   $('#page-newer').addEventListener('click', newer);
+  $('#dead-refresh').addEventListener('click', loadDeadLetters);
   window.addEventListener('hashchange', route);
   loadInfo();
   if (state.token) start();

@@ -11,6 +11,10 @@
 //                                                       open each task's page, click every javascript: part it shows, and
 //                                                       report what ran (title, dialogs, javascript: links), then
 //                                                       check that the page's CSP stops a javascript: link outright
+//   node console.mjs dead-letters BASE_URL SCREENSHOT_DIR '{"listed": ..., "stale": ..., "onPage": ...}'
+//                                                       list the dead letters, deliver one again from the list, click
+//                                                       one another operator delivered meanwhile (an error shown), and
+//                                                       deliver one again from its task's page
 //
 // Prints one JSON object a line (one per step) for tests/test_console_browser.py; exits 1 after printing
 // {"error": ...} when a step fails.
@@ -253,6 +257,60 @@ async function list(page, { canceled, waiting, context, total }) {
   });
 }
 
+const deadRow = (id) => `#dead-letters tr[data-task-id="${id}"]`;
+
+async function deadLetters(page, { listed, stale, onPage }) {
+  await signIn(page);
+  await page.click('#views a[data-view="dead-letters"]');
+  await page.waitForSelector(`${deadRow(listed)} button[data-action="redeliver"]`, { timeout: WAIT });
+  const rows = await page.$$eval('#dead-letters tbody tr', (trs) => trs.map((tr) => ({
+    task: tr.dataset.taskId,
+    link: tr.querySelector('td.task a').getAttribute('href'),
+    agent: tr.querySelector('td.agent').textContent,
+    config: tr.querySelector('td.config').textContent,
+    revision: tr.querySelector('td.revision').textContent,
+    attempts: tr.querySelector('td.attempts').textContent,
+    lastError: tr.querySelector('td.last-error').textContent,
+    failingSince: tr.querySelector('td.failing-since').textContent,
+    buttons: [...tr.querySelectorAll('button')].map((button) => button.textContent),
+  })));
+  const planted = await page.$$eval('#dead-letters img, #dead-letters script', (nodes) => nodes.length);
+  const current = await page.$eval('#views a[aria-current="page"]', (link) => link.dataset.view);
+  await shot(page, '10-dead-letters.png');
+
+  // Another operator delivers one again first: its row's button then fails, and says why.
+  const other = await fetch(`${base}/test-runner/tasks/${stale}/webhooks/redeliver`, {
+    method: 'POST', headers: { Authorization: `Bearer ${OPERATOR_TOKEN}` },
+  });
+  if (other.status !== 200) throw new Error(`redeliver ${stale}: HTTP ${other.status}`);
+  await page.click(`${deadRow(stale)} button[data-action="redeliver"]`);
+  const refused = await (await page.waitForSelector('#dead-notice.error:not(:empty)', { timeout: WAIT })).textContent();
+  await page.waitForSelector(deadRow(stale), { state: 'detached', timeout: WAIT });
+
+  await page.click(`${deadRow(listed)} button[data-action="redeliver"]`);
+  await page.waitForSelector('#dead-notice:not(.error):not(:empty)', { timeout: WAIT });
+  const delivering = await page.textContent('#dead-notice');
+  await page.waitForSelector(deadRow(listed), { state: 'detached', timeout: WAIT });
+  await shot(page, '11-dead-letter-delivered-again.png');
+  report('dead-letters', {
+    rows, planted, current, refused, delivering, title: await page.title(),
+    left: await page.$$eval('#dead-letters tbody tr', (trs) => trs.map((tr) => tr.dataset.taskId)),
+  });
+
+  await page.click(`${deadRow(onPage)} td.task a`);
+  const dead = `#task [data-task-id="${onPage}"] .deliveries tr[data-dead="true"]`;
+  await page.waitForSelector(`${dead} button[data-action="redeliver"]`, { timeout: WAIT });
+  const before = await page.$eval(dead, (tr) => ({
+    config: tr.dataset.configId,
+    cells: [...tr.querySelectorAll('td')].map((td) => td.textContent),
+  }));
+  await shot(page, '12-task-dead-letter.png');
+  await page.click(`${dead} button[data-action="redeliver"]`);
+  await page.waitForSelector('#task-notice:not(.error):not(:empty)', { timeout: WAIT });
+  await page.waitForSelector(dead, { state: 'detached', timeout: WAIT });
+  report('task-dead-letter', { task: onPage, before, notice: await page.textContent('#task-notice') });
+}
+
 // The page as served, before any task is opened: its title, and the CSP violations it reports from now on.
 async function watchForScripts(page) {
   await page.addInitScript(() => {
@@ -323,6 +381,7 @@ try {
   else if (scenario === 'reconcile') await reconcile(page, taskArg);
   else if (scenario === 'list') await list(page, JSON.parse(taskArg));
   else if (scenario === 'xss') await xss(page, JSON.parse(taskArg));
+  else if (scenario === 'dead-letters') await deadLetters(page, JSON.parse(taskArg));
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
   failed = true;
