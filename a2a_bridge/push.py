@@ -33,12 +33,55 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+"""RFC 8215's local-use translation prefix: where in it an IPv4 address sits is the operator's choice, so it is
+refused as a whole (unless configuration allows it)."""
+TEREDO = ipaddress.IPv6Network("2001::/32")
+COMPATIBLE = ipaddress.IPv6Network("::/96")
+ISATAP_IDS = (0x00005EFE, 0x02005EFE)
+"""The high 32 bits of an ISATAP interface id (RFC 5214), whose low 32 bits are an IPv4 address."""
+
+
+def embedded(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries and is routed by: IPv4-mapped, 6to4 (2002::/16), NAT64
+    (64:ff9b::/96), Teredo (2001::/32: its server and its de-obfuscated client), IPv4-compatible (::/96) and an
+    ISATAP interface id."""
+    value = int(address)
+    if address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    if address in SIX_TO_FOUR or address in NAT64:
+        return (ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF if address in SIX_TO_FOUR else value & 0xFFFFFFFF),)
+    if address in TEREDO:
+        server, client = (value >> 64) & 0xFFFFFFFF, ~value & 0xFFFFFFFF
+        return (ipaddress.IPv4Address(server), ipaddress.IPv4Address(client))
+    if address in COMPATIBLE and value > 0xFFFF:
+        return (ipaddress.IPv4Address(value & 0xFFFFFFFF),)
+    if (value >> 32) & 0xFFFFFFFF in ISATAP_IDS:
+        return (ipaddress.IPv4Address(value & 0xFFFFFFFF),)
+    return ()
+
+
 def public(address: Address) -> bool:
     """A global unicast address: not loopback, private, link-local, unique-local, shared, multicast, reserved or
-    unspecified (an IPv4-mapped IPv6 address is judged as its IPv4 address)."""
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        address = mapped
+    unspecified. An IPv6 address that carries IPv4 addresses (`embedded`) is judged as them: IPv4-mapped, 6to4,
+    NAT64 and Teredo ones by them alone, IPv4-compatible and ISATAP ones by them and by themselves; 64:ff9b:1::/48
+    is refused."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in LOCAL_NAT64:
+            return False
+        carried = embedded(address)
+        if carried:
+            judged_alone = address.ipv4_mapped is not None or any(
+                address in network for network in (SIX_TO_FOUR, NAT64, TEREDO)
+            )
+            return all(public(a) for a in carried) and (judged_alone or own_public(address))
+    return own_public(address)
+
+
+def own_public(address: Address) -> bool:
+    """Whether an address is global unicast by its own prefix, whatever it carries."""
     return address.is_global and not (address.is_multicast or address.is_reserved or address.is_unspecified)
 
 

@@ -334,3 +334,68 @@ async def test_a_push_config_for_a_task_the_caller_cannot_see_resolves_no_name(m
         sent = await call(client, "SendMessage", follow_up)
         assert sent["error"]["code"] == -32001, sent
     assert looked_up == [], looked_up
+
+
+EMBEDDED_REFUSED = [
+    "http://[2002:7f00:1::]/h",
+    "http://[2002:a9fe:a9fe::]/h",
+    "http://[2002:c0a8:103::1]/h",
+    "http://[64:ff9b::7f00:1]/h",
+    "http://[64:ff9b::a9fe:a9fe]/h",
+    "http://[64:ff9b:1::5db8:d70e]/h",
+    "http://[2001:0:7f00:1::]/h",
+    "http://[2001:0:5db8:d70e:8000:63bf:80ff:fffe]/h",
+    "http://[::127.0.0.1]/h",
+    "http://[2606:4700::5efe:a9fe:a9fe]/h",
+    "http://sixtofour.example.test/h",
+    "http://nat64.example.test/h",
+    "http://teredo.example.test/h",
+]
+"""IPv6 addresses that carry a loopback, link-local or private IPv4 address: 6to4 (2002::/16), NAT64 (64:ff9b::/96;
+64:ff9b:1::/48 is refused whatever it carries), Teredo (2001::/32: a loopback server, or a client that is 127.0.0.1
+once de-obfuscated), IPv4-compatible and ISATAP, as literals and as host names that resolve to them."""
+EMBEDDED_DNS = {
+    "sixtofour.example.test": ["2002:7f00:1::"],
+    "nat64.example.test": ["64:ff9b::a9fe:a9fe"],
+    "teredo.example.test": ["2001:0:5db8:d70e:8000:63bf:80ff:fffe"],
+}
+EMBEDDED_PUBLIC = ["2002:5db8:d70e::1", "64:ff9b::5db8:d70e", "2001:0:5db8:d70e:8000:63bf:a247:28f1"]
+"""The same forms carrying public addresses (93.184.215.14; Teredo's client 93.184.215.14 once de-obfuscated)."""
+
+
+@pytest.mark.anyio
+async def test_ipv6_forms_that_carry_a_non_public_ipv4_address_are_refused_at_creation_and_at_connection(
+    dns: dict[str, list[str]],
+) -> None:
+    dns.update(EMBEDDED_DNS)
+    async with in_process("127.0.0.1/32") as (bridge, client):
+        with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
+            anywhere = mock.route().mock(return_value=httpx.Response(200))
+            done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
+            for url in EMBEDDED_REFUSED:
+                created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": url})
+                assert created["error"]["code"] == -32602 and field_of(created) == ["url"], url
+                rest = await client.post(f"/test-runner/a2a/rest/tasks/{done['id']}/pushNotificationConfigs", json={"url": url})
+                assert rest.status_code == 400, url
+            configs = await call(client, "ListTaskPushNotificationConfigs", {"taskId": done["id"]})
+            await drained(bridge)
+    assert configs["result"].get("configs", []) == []
+    assert not anywhere.calls
+    recorder = Recorder()
+    backend = GuardedBackend(WebhookPolicy(), recorder)
+    for url in EMBEDDED_REFUSED:
+        with pytest.raises(httpcore.ConnectError, match="not allowed"):
+            await backend.connect_tcp(httpx.URL(url).host, 80)
+    assert recorder.connects == []
+
+
+@pytest.mark.anyio
+async def test_ipv6_forms_that_carry_a_public_ipv4_address_are_accepted(dns: dict[str, list[str]]) -> None:
+    async with in_process() as (bridge, client):
+        with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
+            mock.route().mock(return_value=httpx.Response(200))
+            done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
+            for address in EMBEDDED_PUBLIC:
+                created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": f"http://[{address}]/h"})
+                assert "result" in created, (address, created)
+            await drained(bridge)
