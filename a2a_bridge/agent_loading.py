@@ -1,10 +1,14 @@
-"""`serve --agent MODULE:ATTRIBUTE`: a user's agent, found as uvicorn finds an app (the current directory first on
-the import path), and each way that can fail told in one line."""
+"""`serve --agent MODULE:ATTRIBUTE`: a user's agent, found in the current directory (last on the import path, so that
+nothing there shadows the server's own dependencies) or on the import path, and each way that can fail told in one
+line."""
 
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import os
 import sys
+from pathlib import Path
 
 from a2a.server.agent_execution import AgentExecutor
 
@@ -31,11 +35,26 @@ def detail(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def current_directory_first() -> None:
-    """Put the current directory on the import path, as uvicorn does: `python -m` does it, the console script not."""
+def current_directory_last() -> None:
+    """Put the current directory on the import path after everything else (where `python -m` put it first, moved), so
+    that a module there (a `uvloop.py`, say) never shadows one the server imports."""
     here = os.getcwd()
-    if here not in sys.path:
-        sys.path.insert(0, here)
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", here)] + [here]
+
+
+def shadowing(module_name: str) -> str | None:
+    """Where the installed module is that a module of this name in the current directory would be hidden by, if any."""
+    top = module_name.split(".", 1)[0]
+    here = os.getcwd()
+    if importlib.machinery.PathFinder.find_spec(top, [here]) is None:
+        return None
+    found = importlib.util.find_spec(top)
+    if found is None:
+        return None
+    place = found.origin or next(iter(found.submodule_search_locations or []), "")
+    if not place or Path(place).resolve().is_relative_to(Path(here).resolve()):
+        return None
+    return place
 
 
 def load_agent(reference: str) -> Agent:
@@ -44,7 +63,13 @@ def load_agent(reference: str) -> Agent:
     module_name, _, path = reference.partition(":")
     if not module_name or not path:
         raise AgentLoadError(f"--agent {reference}: expected MODULE:ATTRIBUTE, e.g. examples.hello_agent:agent")
-    current_directory_first()
+    current_directory_last()
+    hidden_by = shadowing(module_name)
+    if hidden_by is not None:
+        raise AgentLoadError(
+            f"--agent {reference}: {module_name.split('.', 1)[0]!r} in {os.getcwd()} has the name of an installed module"
+            f" ({hidden_by}), which the server imports first; rename yours"
+        )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:

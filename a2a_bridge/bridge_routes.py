@@ -185,6 +185,16 @@ class BridgeEndpoints:
         }
         return routes + [Route(path, post_only(hint), methods=OTHER_METHODS) for path, hint in hints.items()]
 
+    async def _reader(self, task_id: str, context: ServerCallContext) -> ServerCallContext:
+        """Whom a status view is read as: an operator reads any task of this agent as its owner, anyone else as
+        themself (who may see it)."""
+        if not self.is_operator(context):
+            return context
+        record = await self.host.ledger.get(task_id)
+        if record is None or record.agent != self.host.agent:
+            return context
+        return owner_context(record.owner)
+
     async def _view(self, task_id: str, context: ServerCallContext) -> tuple[dict[str, Any], TaskRecord] | None:
         found = await self.host.task_and_record(task_id, context)
         if found is None:
@@ -217,6 +227,7 @@ class BridgeEndpoints:
             wait = -1.0
         if not 0 <= wait <= MAX_WAIT:
             return problem(400, "INVALID_ARGUMENT", f"wait must be a number of seconds from 0 to {int(MAX_WAIT)}")
+        context = await self._reader(task_id, context)
         view = await self._view(task_id, context)
         if view is None:
             return not_found(task_id)
@@ -235,7 +246,7 @@ class BridgeEndpoints:
     async def status_stream(self, request: Request) -> Response:
         """The status object as Server-Sent Events on every change, closed after the terminal one."""
         task_id = request.path_params["task_id"]
-        context = self.caller(request)
+        context = await self._reader(task_id, self.caller(request))
         view = await self._view(task_id, context)
         if view is None:
             return not_found(task_id)

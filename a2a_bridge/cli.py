@@ -34,9 +34,11 @@ from a2a_bridge.config import (
     ConfigError,
     SecurityConfig,
     check_delegates,
+    check_demo_tokens,
     check_names,
     limits_from,
     load,
+    merged,
     parse_host,
     parse_network,
     parse_public_url,
@@ -111,11 +113,11 @@ def security(args: argparse.Namespace) -> SecurityConfig:
     config = load(args.config, os.environ)
     if args.require_auth:
         config = replace(config, require_auth=True)
-    principals = {**config.principals, **dict(args.user_token)}
+    principals = merged(config.principals, args.user_token, "--user-token")
     demo = not principals and not config.require_auth
     operator = args.operator_token or os.environ.get(ENV_OPERATOR_TOKEN) or (DEMO_OPERATOR_TOKEN if demo else None)
     if operator:
-        principals[operator] = Principal("operator", kind="operator")
+        principals = merged(principals, [(operator, Principal("operator", kind="operator"))], "the operator token")
     chosen_url = args.public_url or config.public_url
     hosts = (*config.allowed_hosts, *args.allowed_host)
     if not hosts and is_loopback(args.host):
@@ -381,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
             args.security = security(args)
             args.remotes = remote_config.from_args(args)
             args.served = chosen_agents(args, bool(args.remotes.agents))
+            check_demo_tokens(args.security, {agent.name: agent.tokens for agent in args.served if agent.tokens})
             with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
                 runner.run(serve(args))
         except (ConfigError, AgentLoadError, CannotStart) as e:

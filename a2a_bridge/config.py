@@ -4,7 +4,7 @@ docs/security.md describes both."""
 
 import ipaddress
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,8 @@ def env_principals(text: str) -> dict[str, Principal]:
         if not equals or not colon:
             raise ConfigError(f"{where}: expected KIND:NAME=TOKEN")
         name, _, persons = name.partition(">")
-        principals[token] = make_principal(token, name, kind, [p for p in persons.split("+") if p], where)
+        principal = make_principal(token, name, kind, [p for p in persons.split("+") if p], where)
+        principals = merged(principals, [(token, principal)], where)
     return principals
 
 
@@ -280,7 +281,8 @@ def from_environment(environ: Mapping[str, str], base: SecurityConfig) -> Securi
     if ENV_REQUIRE_AUTH in environ:
         config = replace(config, require_auth=parse_bool(environ[ENV_REQUIRE_AUTH], ENV_REQUIRE_AUTH))
     if ENV_PRINCIPALS in environ:
-        config = replace(config, principals={**config.principals, **env_principals(environ[ENV_PRINCIPALS])})
+        added = env_principals(environ[ENV_PRINCIPALS]).items()
+        config = replace(config, principals=merged(config.principals, added, ENV_PRINCIPALS))
     if ENV_WEBHOOK_NETWORKS in environ:
         listed = environ[ENV_WEBHOOK_NETWORKS].replace(",", " ").split()
         added = tuple(parse_network(n, ENV_WEBHOOK_NETWORKS) for n in listed)
@@ -296,6 +298,36 @@ def from_environment(environ: Mapping[str, str], base: SecurityConfig) -> Securi
         if f"{ENV_PREFIX}{f.name.upper()}" in environ
     }
     return replace(config, limits=limits_from(limits, config.limits, "environment"))
+
+
+def merged(principals: Mapping[str, Principal], added: Iterable[tuple[str, Principal]], where: str) -> dict[str, Principal]:
+    """`principals` with `added`; a token that would name two principals (given twice with different names or kinds)
+    is refused rather than the later one winning."""
+    result = dict(principals)
+    for token, principal in added:
+        known = result.setdefault(token, principal)
+        if known != principal:
+            raise ConfigError(
+                f"{where}: one token is given to two principals ({known.kind} {known.name}, {principal.kind} "
+                f"{principal.name}); each principal needs a token of its own"
+            )
+    return result
+
+
+def check_demo_tokens(config: SecurityConfig, demo_tokens: Mapping[str, Mapping[str, Principal]]) -> None:
+    """No configured token is also an agent's demo token (`demo_tokens`: agent name to its tokens), which would make it
+    two principals: the configured one on other agents, the demo's on that agent. Under require_auth demo tokens are
+    not accepted, so nothing can clash."""
+    if config.require_auth:
+        return
+    for agent, tokens in demo_tokens.items():
+        for token, principal in tokens.items():
+            known = config.principals.get(token)
+            if known is not None:
+                raise ConfigError(
+                    f"the token of {known.kind} {known.name} is also agent {agent}'s demo token for {principal.name}; "
+                    "choose another token (or --require-auth, under which demo tokens are not accepted)"
+                )
 
 
 def check_delegates(config: SecurityConfig) -> None:

@@ -161,13 +161,14 @@ class Metrics:
 
 def may_scrape(request: Request, tokens: dict[str, Principal], require_auth: bool) -> Response | None:
     """None when the caller may read /metrics: a caller with an operator's bearer token, or (without require_auth) a
-    caller on a loopback address; else 401 (no known token) or 403."""
+    caller on a loopback address that sends no token; else 401 (no token, or one no principal has: a mistyped
+    operator token is told, even from loopback) or 403 (a principal that is not the operator)."""
     token = bearer_token(request.scope)
     principal = tokens.get(token) if token else None
     if principal is not None and principal.kind == "operator":
         return None
     client = request.scope.get("client")
-    if not require_auth and principal is None and client is not None and _loopback(str(client[0])):
+    if not require_auth and not token and client is not None and _loopback(str(client[0])):
         return None
     if principal is None:
         answer = JSONResponse(

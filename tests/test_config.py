@@ -2,6 +2,7 @@
 that name what is wrong."""
 
 import ipaddress
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from a2a_bridge.auth import Principal
+from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
 from a2a_bridge.cli import kit_url, parser, security
 from a2a_bridge.config import DEMO_OPERATOR_TOKEN
 from a2a_bridge.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
@@ -227,3 +229,54 @@ def test_the_kit_ports_name_the_kits_own_addresses() -> None:
     assert kit_url("::1", 41241) == "http://localhost:41241"
     assert kit_url("10.1.2.3", 9999) == "http://10.1.2.3:9999"
     assert kit_url("fd00::5", 9999) == "http://[fd00::5]:9999"
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["--user-token", "tok=alice", "--user-token", "tok=bob"], {}),
+        (["--user-token", "tok=alice", "--operator-token", "tok"], {}),
+        (["--user-token", "tok=alice"], {"A2A_BRIDGE_OPERATOR_TOKEN": "tok"}),
+        (["--user-token", "tok=bob"], {"A2A_BRIDGE_PRINCIPALS": "user:alice=tok"}),
+        ([], {"A2A_BRIDGE_PRINCIPALS": "user:alice=tok user:bob=tok"}),
+    ],
+)
+def test_a_token_given_to_two_principals_is_refused(
+    argv: list[str], environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
+    monkeypatch.delenv("A2A_BRIDGE_OPERATOR_TOKEN", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match="one token is given to two principals"):
+        serve_args(*argv)
+
+
+def test_the_same_entry_given_twice_is_one_principal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("A2A_BRIDGE_CONFIG", raising=False)
+    monkeypatch.delenv("A2A_BRIDGE_OPERATOR_TOKEN", raising=False)
+    assert serve_args("--user-token", "tok=alice", "--user-token", "tok=alice").principals == {"tok": Principal("alice")}
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--user-token", "tok=alice", "--user-token", "tok=bob"],
+         "--user-token: one token is given to two principals (user alice, user bob)"),
+        (["--user-token", "tok=alice", "--operator-token", "tok"],
+         "the operator token: one token is given to two principals (user alice, operator operator)"),
+        (["--user-token", f"{DEPLOYER_TOKEN}=alice", "--agent", "deployer"],
+         "the token of user alice is also agent deployer's demo token for deployer-client"),
+    ],
+)
+def test_serve_refuses_a_token_that_would_be_two_principals_with_one_line(argv: list[str], said: str) -> None:
+    environ = {k: v for k, v in os.environ.items() if k not in ("A2A_BRIDGE_CONFIG", "A2A_BRIDGE_OPERATOR_TOKEN")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2a_bridge", "serve", "--store", "memory", "--port", "0", *argv],
+        capture_output=True, text=True, timeout=60, env=environ,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"a2a-bridge serve: {said}; each principal needs a token of its own"
+                                        if "demo token" not in said else
+                                        f"a2a-bridge serve: {said}; choose another token (or --require-auth, under "
+                                        "which demo tokens are not accepted)"]

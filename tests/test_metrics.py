@@ -133,6 +133,23 @@ async def test_without_require_auth_a_caller_off_loopback_needs_the_operator_tok
         assert (await client.get("/metrics")).status_code == 200
 
 
+@pytest.mark.anyio
+async def test_on_loopback_a_token_that_is_not_the_operators_is_refused() -> None:
+    """A token on loopback is judged as a token: a mistyped operator token is told (401), not let through as if no
+    token had been sent."""
+    tokens = {"ops_metrics_1": Principal("ops", kind="operator"), "usr_metrics_1": Principal("alice")}
+    bridge = Bridge(
+        sample_agents(), Stores(StoreConfig.parse("memory")), SystemClock(), lambda: str(uuid.uuid4()), principals=tokens
+    )
+    local = httpx.ASGITransport(bridge.app(), client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=local, base_url="http://127.0.0.1") as client:
+        mistyped = await client.get("/metrics", headers={"Authorization": "Bearer ops_metrics_2"})
+        assert mistyped.status_code == 401 and mistyped.headers["www-authenticate"] == 'Bearer realm="metrics"'
+        assert (await client.get("/metrics", headers={"Authorization": "Bearer usr_metrics_1"})).status_code == 403
+        assert (await client.get("/metrics", headers={"Authorization": "Bearer ops_metrics_1"})).status_code == 200
+        assert (await client.get("/metrics")).status_code == 200
+
+
 def test_each_bridge_has_a_registry_of_its_own() -> None:
     stores = [Stores(StoreConfig.parse("memory")) for _ in range(2)]
     one, two = (Bridge(sample_agents(), s, SystemClock(), lambda: str(uuid.uuid4())) for s in stores)

@@ -267,3 +267,21 @@ def test_a_review_answer_names_who_answered(named: ServerProcess) -> None:
     assert answered.status_code == 200, answered.text
     wait_state(base, task["id"], ALICE, "TASK_STATE_COMPLETED")
     assert resume_evidence(named, "code-reviewer", task["id"], ALICE) == {"signal": "review:discard", "by": "alice"}
+
+
+def test_an_operator_reads_any_tasks_status_view_and_others_get_the_unknown_task_answer(named: ServerProcess) -> None:
+    task_id = waiting_deploy(named, ALICE)
+    base = named.agent("deployer")
+    owners = httpx.get(f"{base}/tasks/{task_id}/status", headers=ALICE, timeout=30)
+    operators = httpx.get(f"{base}/tasks/{task_id}/status", headers=OPS, timeout=30)
+    assert operators.status_code == 200 and operators.json() == owners.json()
+    assert operators.headers["etag"] == owners.headers["etag"]
+    polled = httpx.get(f"{base}/tasks/{task_id}/status?wait=0.2", headers={**OPS, "If-None-Match": owners.headers["etag"]}, timeout=30)
+    assert polled.status_code == 304
+    with httpx.stream("GET", f"{base}/tasks/{task_id}/status/stream", headers=OPS, timeout=30) as streamed:
+        first = next(line for line in streamed.iter_lines() if line.startswith("data:"))
+    assert first.startswith("data: {") and task_id in first
+    unknown = normalized(httpx.get(f"{base}/tasks/no-such-task/status", headers=BOB, timeout=30), "no-such-task")
+    assert normalized(httpx.get(f"{base}/tasks/{task_id}/status", headers=BOB, timeout=30), task_id) == unknown
+    elsewhere = httpx.get(f"{named.agent('test-runner')}/tasks/{task_id}/status", headers=OPS, timeout=30)
+    assert normalized(elsewhere, task_id) == unknown, "an operator reads a task on its own agent only"

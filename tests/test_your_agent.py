@@ -5,6 +5,7 @@ another's."""
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -270,3 +271,36 @@ def test_a_crash_mid_turn_repeats_a_repeat_safe_turn_and_holds_the_other_for_an_
         assert (texts(done), runs(notes, once)) == (["run 2"], 2)
     finally:
         server.stop()
+
+
+def test_a_module_in_the_current_directory_never_shadows_the_servers_own(tmp_path: Path) -> None:
+    """`uvloop.py` beside the user's agent: the server imports the installed uvloop (the file there is never run)."""
+    ran = tmp_path / "shadow-ran"
+    (tmp_path / "uvloop.py").write_text(f"open({str(ran)!r}, 'w').close()\nraise ImportError('shadowed')\n")
+    (tmp_path / "mine.py").write_text(
+        "from examples.wrapped_agent import make_agent\n"
+        "def agent():\n    made = make_agent()\n    made.name = 'mine'\n    return made\n"
+    )
+    for command in ([str(CONSOLE_SCRIPT)], [sys.executable, "-m", "a2a_bridge"]):
+        server = ServerProcess(
+            "memory", extra=agents("mine:agent"), command=command, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)}
+        ).start()
+        try:
+            task = rpc(server.agent("mine"), "SendMessage", {"message": user_message("mine", "mine-1")})["result"]["task"]
+            assert texts(task) == ["mine"]
+        finally:
+            server.stop()
+        assert not ran.exists(), command
+
+
+def test_an_agent_module_named_as_an_installed_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "uvloop.py").write_text("agent = None\n")
+    run = subprocess.run(
+        [str(CONSOLE_SCRIPT), "serve", "--store", "memory", "--agent", "uvloop:agent"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert run.returncode == 2
+    assert re.fullmatch(
+        rf"a2a-bridge serve: --agent uvloop:agent: 'uvloop' in {re.escape(str(tmp_path))} has the name of an installed "
+        r"module \(.+\), which the server imports first; rename yours\n", run.stderr
+    ), run.stderr
