@@ -379,15 +379,17 @@ class BridgeEndpoints:
 
     async def answer(self, route: ActionRoute, request: Request) -> Response:
         """The user who must act answers a pending request of the route's action; anyone else is told the task does
-        not exist. The record and the task are read for every caller, an unknown id too, so that a refusal and an
-        unknown id cost the same."""
+        not exist. As for approve, the record is read for every caller and who may act decided from it before the task
+        is read, so that a refusal and an unknown id do the same work."""
         task_id = request.path_params["task_id"]
         context = self.caller(request)
         caller = caller_name(context)
         record = await self.host.ledger.get(task_id)
-        owner = owner_context(record.owner if record is not None else "")
+        if record is None or record.agent != self.host.agent or not may_act(context, record):
+            return not_found(task_id)
+        owner = owner_context(record.owner)
         found = await self.host.task_and_record(task_id, owner)
-        if found is None or record is None or record.agent != self.host.agent:
+        if found is None:
             return not_found(task_id)
         task, record = found
         pending = [r for r in action_requests(task) if r.actor == "user" and r.action == route.action]

@@ -3,7 +3,10 @@ request, the demo operator token gone once principals exist, Host and Origin che
 where the spec allows it, `params` that are not an object, cards that never sign a caller's Host, and the console's
 response headers. Each test runs a real server on 127.0.0.1 and talks to it over HTTP."""
 
+import base64
 import re
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,8 +90,8 @@ def test_in_the_demo_an_anonymous_caller_approves_the_demo_clients_deploy_and_is
     assert resume_evidence(demo, "deployer", task_id, DEMO_OPS) == {"signal": "approved", "by": "anonymous"}
 
 
-def get_state(server: ServerProcess, task_id: str, headers: dict[str, str]) -> str:
-    reply = rpc(server.agent("deployer"), "GetTask", {"id": task_id}, headers=headers)
+def get_state(server: ServerProcess, task_id: str, headers: dict[str, str], agent: str = "deployer") -> str:
+    reply = rpc(server.agent(agent), "GetTask", {"id": task_id}, headers=headers)
     return str(reply["result"]["status"]["state"])
 
 
@@ -285,3 +288,45 @@ def test_an_operator_reads_any_tasks_status_view_and_others_get_the_unknown_task
     assert normalized(httpx.get(f"{base}/tasks/{task_id}/status", headers=BOB, timeout=30), task_id) == unknown
     elsewhere = httpx.get(f"{named.agent('test-runner')}/tasks/{task_id}/status", headers=OPS, timeout=30)
     assert normalized(elsewhere, task_id) == unknown, "an operator reads a task on its own agent only"
+
+
+TIMING_TRIES = 200
+"""Interleaved tries of each kind (a hidden task, an unknown id) a timing comparison makes."""
+TIMING_TOLERANCE = 0.0006
+"""Seconds the medians may differ by: reading a hidden task before refusing cost about 2.3 ms more than an unknown id."""
+
+
+def median_seconds(client: httpx.Client, urls: list[str], headers: dict[str, str], body: dict[str, str]) -> list[float]:
+    """The median time of a POST to each of `urls`, tried in turn TIMING_TRIES times (interleaved); every answer 404."""
+    times: list[list[float]] = [[] for _ in urls]
+    for _ in range(TIMING_TRIES):
+        for index, url in enumerate(urls):
+            started = time.perf_counter()
+            answer = client.post(url, headers=headers, json=body)
+            times[index].append(time.perf_counter() - started)
+            assert answer.status_code == 404, answer.text
+    return [statistics.median(sample) for sample in times]
+
+
+TIMED_ANSWERS = {
+    "review": ("code-reviewer", "Review this diff against main, and ask me before posting", {"decision": "post"}),
+    "authorize": ("deployer", "Deploy build 2026.10.06-7 to preview", {"provider": "github"}),
+}
+
+
+@pytest.mark.parametrize("route", sorted(TIMED_ANSWERS))
+def test_a_hidden_tasks_answer_takes_as_long_as_an_unknown_ids(named: ServerProcess, route: str) -> None:
+    """bob answers alice's task waiting for her review (or her sign-in to a provider), and a task id that never
+    existed: the medians of 200 interleaved tries each agree within TIMING_TOLERANCE."""
+    agent, text, body = TIMED_ANSWERS[route]
+    base = named.agent(agent)
+    padding = "+ refund line\n" * 4000
+    bulk = {"raw": base64.b64encode(padding.encode()).decode(), "mediaType": "text/x-diff"} if route == "review" else {"text": padding}
+    task = start(base, {"messageId": new_id("tim"), "role": "ROLE_USER", "parts": [{"text": text}, bulk]}, ALICE, immediately=True)
+    wait_state(base, task["id"], ALICE, "TASK_STATE_AUTH_REQUIRED")
+    urls = [f"{base}/tasks/{task['id']}/{route}", f"{base}/tasks/{new_id('tim')}/{route}"]
+    with httpx.Client(timeout=30) as client:
+        median_seconds(client, urls, BOB, body)
+        hidden, unknown = median_seconds(client, urls, BOB, body)
+    assert abs(hidden - unknown) < TIMING_TOLERANCE, f"hidden {hidden * 1000:.2f} ms, unknown {unknown * 1000:.2f} ms"
+    assert get_state(named, task["id"], ALICE, agent) == "TASK_STATE_AUTH_REQUIRED", "a refused answer changed the task"
