@@ -85,6 +85,29 @@ class TaskFields(logging.Filter):
         return True
 
 
+MAX_TARGET_SHOWN = 512
+"""Characters of a request's path and query (or a gRPC method) an access line shows; a longer one is cut, and the
+line says how long it was."""
+ACCESS_LOGGERS = frozenset({"uvicorn.access", "a2a_bridge.grpc.access"})
+
+
+def shown_target(text: str) -> str:
+    """A request target as an access line shows it: at most MAX_TARGET_SHOWN characters."""
+    if len(text) <= MAX_TARGET_SHOWN:
+        return text
+    return f"{text[:MAX_TARGET_SHOWN]}... ({len(text)} characters)"
+
+
+class AccessTargets(logging.Filter):
+    """Cuts what a caller chose in an access line (a 20,000-character path was written in full) to
+    MAX_TARGET_SHOWN characters."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name in ACCESS_LOGGERS and isinstance(record.args, tuple):
+            record.args = tuple(shown_target(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
 class TextFormatter(logging.Formatter):
     """The plain text line: time, level, logger, `[agent=… task=… gen=…]` when the line is about a task, message."""
 
@@ -135,6 +158,7 @@ def configure_logging(level: str, as_json: bool) -> None:
     warnings (a library's `InsecureKeyLengthWarning`) go through it too, one line each (`log_warning`)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(TaskFields())
+    handler.addFilter(AccessTargets())
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     warnings.showwarning = log_warning

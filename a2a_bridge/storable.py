@@ -1,8 +1,9 @@
 """What JSON the stores can hold, checked on every request body before anything runs: I-JSON (RFC 7493), that is
 numbers that are finite doubles (no NaN, Infinity or a literal such as 1e400 that overflows), integers within
 ±(2**53 - 1) (JSON numbers are doubles in protobuf's Struct), strings without lone surrogates; besides, no U+0000
-(PostgreSQL cannot hold it) and no nesting deeper than `MAX_DEPTH` (protobuf reads a task back only to 100 levels
-of messages). `parse` reads a body once and names the first value that breaks a rule by its JSON path."""
+(PostgreSQL cannot hold it), no object with a key twice (the parsers keep the last; `repeated`), and no nesting
+deeper than `MAX_DEPTH` (protobuf reads a task back only to 100 levels of messages). `parse` reads a body once and
+names the first value that breaks a rule by its JSON path."""
 
 import json
 import math
@@ -26,6 +27,7 @@ NUL = "strings must not contain U+0000 (NUL), which the stores cannot hold"
 SURROGATE = "strings must not contain a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
 DEEP = f"values may be nested at most {MAX_DEPTH} levels deep"
 CROWDED = f"a body may hold at most {MAX_SEPARATORS} commas and colons outside strings (about 5,000 object members)"
+REPEATED = "an object must not hold the same key twice (I-JSON, RFC 7493 section 2.3)"
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -123,7 +125,7 @@ def parse(body: bytes) -> tuple[Any, bool, Flaw | None]:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return read(body)
-    return value, False, _flaw(value, body, False, brackets)
+    return value, False, _flaw(value, body, False, brackets) or repeated(value, body)
 
 
 def crowded(body: bytes) -> bool:
@@ -147,7 +149,84 @@ def read(body: bytes) -> tuple[Any, bool, Flaw | None]:
         return None, True, None
     except ValueError:
         return None, False, None
-    return value, False, _flaw(value, body, marked, body.count(b"[") + body.count(b"{"))
+    return value, False, _flaw(value, body, marked, body.count(b"[") + body.count(b"{")) or repeated(value, body)
+
+
+class RepeatedKey:
+    """In place of an object that held a key twice, as `repeated` parses a body again to find it."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any] | RepeatedKey:
+    """An object's members as a dict, or the first key it holds twice."""
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    seen: set[str] = set()
+    for key, _member in pairs:
+        if key in seen:
+            return RepeatedKey(key)
+        seen.add(key)
+    return value
+
+
+_PAIRS = json.JSONDecoder(object_pairs_hook=_pairs)
+
+
+def repeated(value: Any, body: bytes) -> Flaw | None:
+    """The first key an object of the body holds twice, named by its path; None when none does. Cheap for every
+    body: each colon of a body is a member's or one inside a string, so a body without a repeated key has as many
+    colons as its parsed value has members (`_members`), plus colons in its strings when it has more (`_colons`).
+    Only a body where they differ, or that may write a colon as an escape (`\\u003a`), is parsed again, keeping
+    every member, to find the key."""
+    colons = body.count(b":")
+    if body.find(b"\\u003") == -1:
+        members = _members(value)
+        if colons == members or colons == members + _colons(value):
+            return None
+    try:
+        again = _PAIRS.decode(body.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return first_flaw(again, strings=False)
+
+
+def _members(value: Any) -> int:
+    """The members of every object in a parsed value."""
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        members = item.values() if type(item) is dict else item
+        if type(item) is dict:
+            total += len(item)
+        for member in members:
+            kind = type(member)
+            if kind is dict or kind is list:
+                stack.append(member)
+    return total
+
+
+def _colons(value: Any) -> int:
+    """The colons in a parsed value's strings, keys included."""
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                total += key.count(":")
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is str:
+            total += item.count(":")
+    return total
 
 
 def _flaw(value: Any, body: bytes, marked: bool, brackets: int) -> Flaw | None:
@@ -188,6 +267,8 @@ def _find(value: Any, depth: int, skipped: frozenset[type]) -> tuple[list[str | 
         return ([], reason) if reason is not None else None
     if kind is Unholdable:
         return [], value.reason
+    if kind is RepeatedKey:
+        return [value.key], REPEATED
     if kind is list:
         if depth > MAX_DEPTH:
             return [], DEEP

@@ -1,9 +1,9 @@
 """What the stores cannot hold is refused before anything changes: NaN, ±Infinity, 1e400, integers past 2^53, lone
-surrogates, U+0000 and nesting past 32 levels, anywhere in a body, on both bindings and the bridge's endpoints,
-as a first message and as a follow-up, with -32602 (HTTP 400) naming the field; the task is untouched and answers
-the next message. A property test (hypothesis, derandomized and bounded) sends generated messages, holdable or not,
-to a server on SQLite: each is refused naming a field exactly when it holds such a value, and each accepted one is
-read back with GetTask as protobuf parsed it, as a first message and as a follow-up."""
+surrogates, U+0000, a key given twice and nesting past 32 levels, anywhere in a body, on both bindings and the
+bridge's endpoints, as a first message and as a follow-up, with -32602 (HTTP 400) naming the field; the task is
+untouched and answers the next message. A property test (hypothesis, derandomized and bounded) sends generated
+messages, holdable or not, to a server on SQLite: each is refused naming a field exactly when it holds such a value,
+and each accepted one is read back with GetTask as protobuf parsed it, as a first message and as a follow-up."""
 
 import json
 import math
@@ -334,3 +334,60 @@ def test_a_deep_body_reads_as_pythons_parser_reads_it(depth: int) -> None:
     """Past Python's recursion limit its parser gives up (unreadable) where orjson may still read: `read` decides."""
     body = b'{"params": ' + b"[" * depth + b"]" * depth + b"}"
     assert equal_reads(storable.parse(body), storable.read(body))
+
+
+REPEATED_KEYS = {
+    "in metadata": ('{"message": %s}', '{"k": "a:b", "k": 2}', "message.metadata.x.k"),
+    "escaped colon": ('{"message": %s}', '{"k": 1, "k": 2, "c": "\\u003a"}', "message.metadata.x.k"),
+    "in params": ('{"message": %s, "message": {}}', '1', "message"),
+}
+"""Params with a key twice (I-JSON forbids it; the parsers kept the last): the template, metadata.x, the field."""
+
+
+@pytest.mark.parametrize("case", REPEATED_KEYS.values(), ids=REPEATED_KEYS.keys())
+def test_a_key_given_twice_is_refused_naming_it_and_nothing_is_stored(
+    served: ServerProcess, case: tuple[str, str, str]
+) -> None:
+    template, raw, field = case
+    runner = served.agent("test-runner")
+    before = task_count(served)
+    task_id = asking_task(served)
+    task_before = get_task(served, task_id)
+    for task in (None, task_id):
+        params = template % with_metadata(raw, task)
+        reply = post(f"{runner}/a2a/jsonrpc", rpc_body("SendMessage", params)).json()
+        assert reply["error"]["code"] == -32602 and violations(reply["error"]) == [field], reply
+        rest = post(f"{runner}/a2a/rest/message:send", params)
+        assert rest.status_code == 400 and violations(rest.json()["error"]) == [field], rest.text
+        assert "RFC 7493" in rest.text
+    assert task_count(served) == before + 1 and get_task(served, task_id) == task_before
+
+
+def test_a_key_given_twice_in_the_envelope_or_a_bridge_endpoint_is_refused(served: ServerProcess) -> None:
+    runner = served.agent("test-runner")
+    before = task_count(served)
+    log_before = log_of(served)
+    body = '{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "method": "SendMessage", "params": {"message": %s}}'
+    reply = post(f"{runner}/a2a/jsonrpc", body % with_metadata("1")).json()
+    assert reply["error"]["code"] == -32600 and reply["error"]["data"][0]["metadata"]["field"] == "method", reply
+    task_id = asking_task(served)
+    review = httpx.post(
+        f"{served.agent('code-reviewer')}/tasks/{task_id}/review", content=b'{"decision": "discard", "decision": "post"}',
+        timeout=10,
+    )
+    assert review.status_code == 400 and violations(review.json()["error"]) == ["decision"]
+    assert task_count(served) == before + 1
+
+    def logged() -> list[str] | None:
+        lines = [line for line in log_of(served)[len(log_before):].splitlines() if "same key twice" in line]
+        return lines if len(lines) == 2 else None
+
+    lines = wait_for(logged, timeout=5, what="one log line a refusal")
+    assert [line.rsplit(" at ", 1)[1] for line in lines] == ["method", "decision"]
+
+
+def test_bodies_without_a_repeated_key_pass_the_quick_count() -> None:
+    """Colons in strings, keys with colons, escapes, nesting: none is taken for a repeated key."""
+    for body in (b'{"a": "x:y", "b:c": [1, {"c": "::"}], "d": {"e": []}}', b'{"a": "\\u003a", "b": 1}', b"[]", b'"x:y"'):
+        assert storable.parse(body)[2] is None, body
+    assert storable.parse(b'[{"a": 1}, {"a": {"b": 1, "b": ":"}}]')[2] == storable.Flaw("[1].a.b", storable.REPEATED)

@@ -137,3 +137,18 @@ def test_uvicorns_access_lines_come_at_info_and_below_only(tmp_path: Path, level
     written = stderr.read_text() + stdout.read_text()
     lines = [line for line in written.splitlines() if "/healthz?access-marker" in line]
     assert len(lines) == access_lines, lines
+
+
+def test_an_access_line_shows_a_long_path_cut_with_its_length(tmp_path: Path) -> None:
+    stderr, stdout = tmp_path / "stderr.log", tmp_path / "stdout.log"
+    server = CapturedServer("memory", stderr, stdout, ["--log-level", "info"])
+    server.start()
+    long_path = "/healthz-long-" + "x" * 20_000
+    try:
+        assert httpx.get(f"{server.url}{long_path}", timeout=30).status_code == 404
+    finally:
+        server.stop()
+    written = stderr.read_text() + stdout.read_text()
+    (line,) = [line for line in written.splitlines() if "/healthz-long-" in line]
+    assert f'"GET {long_path[:512]}... ({len(long_path)} characters) HTTP/1.1" 404' in line
+    assert len(line) < 1000
