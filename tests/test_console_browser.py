@@ -216,6 +216,17 @@ class EchoLinks(AgentExecutor):
         await Emitter(event_queue, context, lambda: str(uuid.uuid4())).status(TaskState.TASK_STATE_CANCELED)
 
 
+class NamedLinks(EchoLinks):
+    """EchoLinks whose artifact is named by the message's text."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        out = Emitter(event_queue, context, lambda: str(uuid.uuid4()))
+        links = [Part(url=part.url, media_type=part.media_type) for part in context.message.parts if part.url]
+        name = next(part.text for part in context.message.parts if part.text)
+        await out.artifact("links", links, name=name, last_chunk=True)
+        await out.status(TaskState.TASK_STATE_COMPLETED, "Here are the links")
+
+
 def echo_links_spec() -> AgentSpec:
     card = AgentCard(
         name="echo-links",
@@ -343,3 +354,28 @@ def test_a_dead_letter_is_listed_and_delivered_again_with_a_click(node: str, tmp
     assert page["before"]["config"] == "page-hook"
     assert page["before"]["cells"][:2] == ["page-hook", "dead letter"] and "HTTP 500" in page["before"]["cells"]
     assert page["notice"] == f"Delivering webhook page-hook of {on_page[:8]} again."
+
+
+OVERRIDE = "\u202e"
+"""RIGHT-TO-LEFT OVERRIDE, left unclosed (no U+202C after it)."""
+
+
+def test_an_unclosed_right_to_left_override_reorders_nothing_after_it(node: str) -> None:
+    """An artifact named `report<U+202E>` whose first link ends in an unclosed override: the links after it show their
+    characters left to right, as written, and every part and the name are isolated."""
+    token = "ops_bidi_3c81"
+    spec = echo_links_spec()
+    bridge = Bridge(
+        [AgentSpec("echo-links", spec.card, NamedLinks())], Stores(StoreConfig.parse("memory")), SystemClock(),
+        lambda: str(uuid.uuid4()), principals={token: Principal("operator", kind="operator")},
+    )
+    with serve_in_thread(bridge.app()) as base:
+        message = user_message(f"report{OVERRIDE}", f"bidi-{uuid.uuid4()}")
+        urls = (f"https://example.com/a{OVERRIDE}", "https://example.com/next", "https://example.com/last")
+        message["parts"] += [{"url": url, "mediaType": "text/plain"} for url in urls]
+        task = rpc(f"{base}/echo-links", "SendMessage", {"message": message})["result"]["task"]
+        steps = drive(node, "bidi", base, str(SCREENSHOTS), json.dumps({"token": token, "task": task["id"]}))
+    shown = steps["bidi"]
+    assert shown["name"] == f"report{OVERRIDE}"
+    assert shown["followers"] == [True, True], "the links after an unclosed override show as written"
+    assert shown["isolated"] and set(shown["isolated"]) == {"isolate"}, shown["isolated"]

@@ -15,6 +15,9 @@
 //                                                       list the dead letters, deliver one again from the list, click
 //                                                       one another operator delivered meanwhile (an error shown), and
 //                                                       deliver one again from its task's page
+//   node console.mjs bidi BASE_URL SCREENSHOT_DIR '{"token": ..., "task": ...}'
+//                                                       open a task whose artifact's name and first link hold an unclosed
+//                                                       U+202E, and report the order the characters after them show in
 //
 // Prints one JSON object a line (one per step) for tests/test_console_browser.py; exits 1 after printing
 // {"error": ...} when a step fails.
@@ -365,6 +368,39 @@ async function xss(page, { token, tasks, payload }) {
   });
 }
 
+// Whether each character of a node's text shows right of the one before it (left-to-right, as written).
+async function shownInOrder(locator) {
+  return locator.evaluate((node) => {
+    const text = node.firstChild;
+    const lefts = [];
+    for (let i = 0; i < text.length; i += 1) {
+      const range = document.createRange();
+      range.setStart(text, i);
+      range.setEnd(text, i + 1);
+      lefts.push(range.getBoundingClientRect().left);
+    }
+    return lefts.every((left, i) => i === 0 || left > lefts[i - 1]);
+  });
+}
+
+async function bidi(page, { token, task }) {
+  await page.goto(`${base}/console/`);
+  await page.waitForSelector('#sign-in:not([hidden])');
+  await page.fill('#token', token);
+  await page.click('#sign-in-form button[type=submit]');
+  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.evaluate((taskId) => { location.hash = `#/tasks/${taskId}`; }, task);
+  await page.waitForSelector(`#task [data-task-id="${task}"] .artifact .part`, { timeout: WAIT });
+  const parts = page.locator('#task .artifact .part');
+  const followers = [];
+  for (let i = 1; i < await parts.count(); i += 1) followers.push(await shownInOrder(parts.nth(i)));
+  const heading = page.locator('#task .artifact h3').first();
+  const isolated = await page.evaluate(() => [...document.querySelectorAll('#task .artifact h3, #task .artifact .part')]
+    .map((node) => getComputedStyle(node).unicodeBidi));
+  await shot(page, 'bidi.png');
+  report('bidi', { followers, name: await heading.textContent(), isolated });
+}
+
 const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-console-chromium-'));
 fs.mkdirSync(shots, { recursive: true });
 const context = await chromium.launchPersistentContext(profile, {
@@ -382,6 +418,7 @@ try {
   else if (scenario === 'list') await list(page, JSON.parse(taskArg));
   else if (scenario === 'xss') await xss(page, JSON.parse(taskArg));
   else if (scenario === 'dead-letters') await deadLetters(page, JSON.parse(taskArg));
+  else if (scenario === 'bidi') await bidi(page, JSON.parse(taskArg));
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
   failed = true;
