@@ -113,8 +113,42 @@ class RemoteConfig:
                 raise ConfigError(
                     f"no card from the remote agent {name} at {url}: {failure.detail}"
                 ) from None
+            card = pinned(name, url, card)
             specs.append(AgentSpec(name, front_card(card), RemoteAgent(name, card, url, self.timeout)))
         return specs
+
+
+def origin(url: str) -> str:
+    """`scheme://host:port` of a URL, the port written even when it is the scheme's default; '' when it is not an
+    http(s) URL with a host and without credentials."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        return ""
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return ""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme.lower()}://{host.lower()}:{port}"
+
+
+def pinned(name: str, url: str, card: AgentCard) -> AgentCard:
+    """The remote card with only the interfaces at the origin the agent is configured with (`--remote NAME=URL`):
+    the card decides where users' messages go, and a hostile or mistaken one could name any address (another host,
+    a loopback admin API). A card that names none there is refused, in one line."""
+    configured = origin(url)
+    kept = [interface for interface in card.supported_interfaces if origin(interface.url) == configured]
+    if not kept:
+        named = sorted({origin(interface.url) or interface.url[:100] for interface in card.supported_interfaces})
+        raise ConfigError(
+            f"the remote agent {name}'s card names no interface at {configured}, where it is configured "
+            f"(it names {', '.join(named) or 'none'}); a fronted agent is reached only at its configured origin"
+        )
+    result = AgentCard()
+    result.CopyFrom(card)
+    del result.supported_interfaces[:]
+    result.supported_interfaces.extend(kept)
+    return result
 
 
 def from_args(args: argparse.Namespace) -> RemoteConfig:

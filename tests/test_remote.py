@@ -3,8 +3,12 @@ polled) and a second a2a-bridge process, through a front bridge of ours: complet
 replies with the Task Status right at every step; a front killed mid-turn that picks the remote task up again
 without running it twice; a remote that stops or forgets its task, failing our task with a clear status."""
 
+import contextlib
+import http.server
+import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+from a2a.types import AgentCard
+from google.protobuf.json_format import ParseDict
 
 from a2a_bridge.config import ConfigError
 from a2a_bridge.remote import REMOTE_EXTENSION, forwarded_id
-from a2a_bridge.remote_config import file_remotes, front_card, remote_arg
+from a2a_bridge.remote_config import file_remotes, front_card, pinned, remote_arg
 from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.agents import test_runner
 from tests.claim_support import (
@@ -379,3 +385,73 @@ def test_serve_does_not_start_without_the_remote_card() -> None:
     )
     assert clash.returncode != 0
     assert "a remote agent's name is already served: test-runner" in clash.stderr
+
+
+class Recording(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the server's `card` (JSON) and records every request's path."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        body = json.dumps(self.server.card).encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET  # noqa: N815
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def recording(host: str, card: dict[str, Any]) -> Iterator[http.server.ThreadingHTTPServer]:
+    """A server on `host` that serves `card` and records what it is asked; stopped afterwards."""
+    server = http.server.ThreadingHTTPServer((host, 0), Recording)
+    server.paths = []  # type: ignore[attr-defined]
+    server.card = card  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def card_naming(*urls: str) -> dict[str, Any]:
+    return {
+        "name": "hostile", "description": "Names where turns go.", "version": "1.0.0",
+        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"} for url in urls],
+        "capabilities": {"streaming": False}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "x", "name": "x", "description": "x", "tags": ["x"]}],
+    }
+
+
+def test_a_remote_card_that_names_another_origin_is_refused_and_nothing_is_sent_there() -> None:
+    with recording("127.0.0.2", {}) as internal:
+        admin = f"http://127.0.0.2:{internal.server_address[1]}/internal-admin/api"
+        with recording("127.0.0.1", card_naming(admin)) as remote:
+            configured = f"http://127.0.0.1:{remote.server_address[1]}"
+            proc = subprocess.run(
+                [sys.executable, "-m", "a2a_bridge", "serve", "--port", str(free_port()), "--store", "memory",
+                 "--remote", f"hostile={configured}", "--remote-timeout", "5"],
+                capture_output=True, text=True, timeout=60,
+            )
+        assert internal.paths == []  # type: ignore[attr-defined]
+    assert proc.returncode == 2
+    assert [line for line in proc.stderr.splitlines() if line.startswith("a2a-bridge serve:")] == [
+        f"a2a-bridge serve: the remote agent hostile's card names no interface at {configured}, where it is "
+        f"configured (it names http://127.0.0.2:{internal.server_address[1]}); a fronted agent is reached only at its "
+        "configured origin"
+    ]
+
+
+def test_a_remote_card_keeps_only_its_interfaces_at_the_configured_origin() -> None:
+    card = ParseDict(card_naming("http://127.0.0.2:9/internal-admin/api", "http://LOCALHOST:80/a2a/jsonrpc",
+                                 "http://user@localhost/a2a", "http://localhost:81/a2a"), AgentCard())
+    kept = pinned("hostile", "http://localhost/", card)
+    assert [interface.url for interface in kept.supported_interfaces] == ["http://LOCALHOST:80/a2a/jsonrpc"]
+    assert len(card.supported_interfaces) == 4, "the fetched card is left as it was"
