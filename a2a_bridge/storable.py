@@ -184,6 +184,8 @@ def repeated(value: Any, body: bytes) -> Flaw | None:
     Only a body where they differ, or that may write a colon as an escape (`\\u003a`), is parsed again, keeping
     every member, to find the key."""
     colons = body.count(b":")
+    if colons == 0:
+        return None
     if body.find(b"\\u003") == -1:
         members = _members(value)
         if colons == members or colons == members + _colons(value):
@@ -198,7 +200,7 @@ def repeated(value: Any, body: bytes) -> Flaw | None:
 def _members(value: Any) -> int:
     """The members of every object in a parsed value."""
     total = 0
-    stack: list[Any] = [value]
+    stack: list[Any] = [value] if type(value) is dict or type(value) is list else []
     while stack:
         item = stack.pop()
         members = item.values() if type(item) is dict else item

@@ -388,6 +388,7 @@ def test_a_key_given_twice_in_the_envelope_or_a_bridge_endpoint_is_refused(serve
 
 def test_bodies_without_a_repeated_key_pass_the_quick_count() -> None:
     """Colons in strings, keys with colons, escapes, nesting: none is taken for a repeated key."""
-    for body in (b'{"a": "x:y", "b:c": [1, {"c": "::"}], "d": {"e": []}}', b'{"a": "\\u003a", "b": 1}', b"[]", b'"x:y"'):
+    for body in (b'{"a": "x:y", "b:c": [1, {"c": "::"}], "d": {"e": []}}', b'{"a": "\\u003a", "b": 1}', b"[]", b'"x:y"',
+                 b"1", b"null", b'"\\u003a"'):
         assert storable.parse(body)[2] is None, body
     assert storable.parse(b'[{"a": 1}, {"a": {"b": 1, "b": ":"}}]')[2] == storable.Flaw("[1].a.b", storable.REPEATED)
