@@ -52,6 +52,8 @@ def shadowing(module_name: str) -> str | None:
     if found is None:
         return None
     place = found.origin or next(iter(found.submodule_search_locations or []), "")
+    if place in ("built-in", "frozen"):
+        return f"Python's {place} {top}"
     if not place or Path(place).resolve().is_relative_to(Path(here).resolve()):
         return None
     return place
