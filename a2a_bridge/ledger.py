@@ -212,7 +212,7 @@ class Ledger(Protocol):
     async def due_deliveries(self, agent: str, now: datetime, limit: int) -> list[Delivery]: ...
     async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool: ...
     async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool: ...
-    async def drop_delivery(self, task_id: str, config_id: str) -> None: ...
+    async def drop_delivery(self, delivery: Delivery) -> bool: ...
     async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]: ...
     async def redeliver(self, agent: str, task_id: str, config_id: str | None, now: datetime) -> int: ...
     async def take_over(self, agent: str, owner: str, message_id: str, sender: int | None, session: int) -> bool: ...
@@ -397,10 +397,14 @@ class MemoryLedger:
         self._deliveries[key] = settled._replace(holder=None, held_until=None, holds=held.holds)
         return True
 
-    async def drop_delivery(self, task_id: str, config_id: str) -> None:
-        self._deliveries.pop((task_id, config_id), None)
-        if not any(key[0] == task_id for key in self._deliveries):
-            self._log.pop(task_id, None)
+    async def drop_delivery(self, delivery: Delivery) -> bool:
+        current = self._deliveries.get((delivery.task_id, delivery.config_id))
+        if current is None or current.holds != delivery.holds:
+            return False
+        del self._deliveries[(delivery.task_id, delivery.config_id)]
+        if not any(key[0] == delivery.task_id for key in self._deliveries):
+            self._log.pop(delivery.task_id, None)
+        return True
 
     async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]:
         return [

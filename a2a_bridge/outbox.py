@@ -90,6 +90,10 @@ class Outbox:
         """Tasks of this process with push configs, whose events a store that logs no other events must log."""
         self._wake = asyncio.Event()
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._stored: set[str] = set()
+        """Tasks whose events were stored since a delivery run of theirs began: the run goes on to them."""
+        self._configs: dict[tuple[str, str], TaskPushNotificationConfig] = {}
+        """The push configs added on this replica whose deliveries are not done with (read from the store otherwise)."""
         self._loop: asyncio.Future[None] | None = None
 
     def logs(self, task_id: str) -> bool:
@@ -101,6 +105,7 @@ class Outbox:
         missing, dropped at its first attempt, never a config that is not delivered), its deliveries starting with the
         events after revision `after`."""
         self.logged.add(config.task_id)
+        self._configs[(config.task_id, config.id)] = config
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
         await self.ledger.add_delivery(delivery)
         await self.push_store.set_info(config.task_id, config, context)
@@ -109,6 +114,8 @@ class Outbox:
         """Events of a task with push configs were stored: deliver them now (a task that ended logs no more)."""
         if ended:
             self.logged.discard(task_id)
+        if any(key[0] == task_id for key in self._running):
+            self._stored.add(task_id)
         self._wake.set()
 
     async def start(self, session: int) -> None:
@@ -180,29 +187,27 @@ class Outbox:
         return not await self.ledger.session_alive(delivery.holder)
 
     async def _deliver(self, delivery: Delivery) -> None:
-        """Deliver the events after the delivery's revision one by one, in order, each under a hold of its own; stop
-        at the first failure (the next attempt is scheduled) or once the task's end is delivered (the row dropped)."""
+        """Deliver the events after the delivery's revision in order under one hold, settled once at the end of the
+        run: at the first failure (the next attempt scheduled), once half the hold has passed, or when no event is
+        left; the row is dropped once the task's end is delivered. Events stored during the run start another."""
         try:
             config = await self._config(delivery)
             while config is not None:
+                self._stored.discard(delivery.task_id)
                 until = self.clock.now() + HOLD
                 if not await self.ledger.hold_delivery(delivery, self.session, until):
                     return
                 held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
                 waiting = await self.ledger.events_after(held.task_id, held.delivered)
-                if not waiting:
-                    await self.ledger.settle_delivery(held, held)
+                settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
+                if ended:
+                    if await self.ledger.drop_delivery(held):
+                        self._configs.pop((held.task_id, held.config_id), None)
                     return
-                revision, body = waiting[0]
-                event = orjson.loads(body)
-                if "message" in event:  # a message of the task's: push notifications carry its updates only
-                    settled = held._replace(delivered=revision)
-                else:
-                    settled = await self._attempt(held, config, revision, orjson.dumps(event))
-                if not await self.ledger.settle_delivery(held, settled) or settled.delivered == held.delivered:
+                if not await self.ledger.settle_delivery(held, settled) or settled.attempts or settled.dead:
                     return
-                if ends_task(event):
-                    await self.ledger.drop_delivery(held.task_id, held.config_id)
+                read_all = not waiting or settled.delivered == waiting[-1][0]
+                if read_all and delivery.task_id not in self._stored:
                     return
                 delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
         except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
@@ -211,12 +216,36 @@ class Outbox:
             else:
                 OUTAGE.failed(error)
 
+    async def _run_events(
+        self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime
+    ) -> tuple[Delivery, bool]:
+        """Attempt the events in order, up to the first failure or `stop`: the delivery as it stands after them, and
+        whether the task's end was delivered."""
+        settled = held
+        for revision, body in waiting:
+            if self.clock.now() >= stop:
+                break
+            event = orjson.loads(body)
+            if "message" in event:  # a message of the task's: push notifications carry its updates only
+                settled = settled._replace(delivered=revision)
+                continue
+            settled = await self._attempt(settled, config, revision, orjson.dumps(event))
+            if settled.delivered != revision:
+                return settled, False
+            if ends_task(event):
+                return settled, True
+        return settled, False
+
     async def _config(self, delivery: Delivery) -> TaskPushNotificationConfig | None:
-        """The delivery's push config; its row is dropped when the config was deleted."""
-        configs = await self.push_store.get_info_for_dispatch(delivery.task_id)
-        found = next((config for config in configs if config.id == delivery.config_id), None)
+        """The delivery's push config (kept from its `add` on this replica, else read); its row is dropped when the
+        config was deleted."""
+        key = (delivery.task_id, delivery.config_id)
+        found = self._configs.get(key)
         if found is None:
-            await self.ledger.drop_delivery(delivery.task_id, delivery.config_id)
+            configs = await self.push_store.get_info_for_dispatch(delivery.task_id)
+            found = next((config for config in configs if config.id == delivery.config_id), None)
+        if found is None:
+            await self.ledger.drop_delivery(delivery)
         return found
 
     async def _attempt(self, held: Delivery, config: TaskPushNotificationConfig, revision: int, body: bytes) -> Delivery:

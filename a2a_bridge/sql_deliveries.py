@@ -71,11 +71,14 @@ class SqlDeliveries:
             )
         return done.rowcount == 1
 
-    async def drop_delivery(self, task_id: str, config_id: str) -> None:
+    async def drop_delivery(self, delivery: Delivery) -> bool:
+        """Remove a delivery that is done with (its task's end delivered, its config deleted), only if it is held as
+        often as when read: False when another replica took it meanwhile."""
         await self._init()
         d = deliveries_table
         async with self.engine.begin() as conn:
-            await conn.execute(delete(d).where(and_(d.c.task_id == task_id, d.c.config_id == config_id)))
+            dropped = await conn.execute(delete(d).where(and_(*delivery_key(delivery), d.c.holds == delivery.holds)))
+        return dropped.rowcount == 1
 
     async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]:
         """The agent's outbox rows: of one task, dead letters only, or all."""
