@@ -191,7 +191,7 @@ def test_every_option_has_help_and_help_shows_defaults() -> None:
     reconcile = " ".join(a2a_bridge("reconcile", "--help").stdout.split())
     assert "--outcome {completed,cancelled,continue,uncertain}" in reconcile and "what became of the work" in reconcile
     tasks = " ".join(a2a_bridge("tasks", "--help").stdout.split())
-    assert "(default: 50)" in tasks and "(default: http://127.0.0.1:8000)" in tasks
+    assert "(default: 50)" in tasks and "(default: $A2A_BRIDGE_URL, else http://127.0.0.1:8000)" in tasks
 
 
 def test_the_benchmark_agent_is_served_though_not_offered() -> None:
