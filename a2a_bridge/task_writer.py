@@ -220,7 +220,7 @@ class TaskWriter:
             logged = [
                 (before + offset, MessageToJson(to_stream_response(item)))
                 for offset, item in enumerate(items, 1)
-                if logs and not isinstance(item, Task)
+                if not isinstance(item, Task)
             ] if logs else []
             posted = self._posted(live)
             try:
