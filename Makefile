@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PLAIN := $(VENV)/.installed-plain
 # The modules setup.py compiles: a change to one reinstalls, so that its extension is never older than its source.
-COMPILED := $(shell sed -n '/^COMPILED = \[/,/^\]/p' setup.py | grep -o '"[a-z_]*"' | tr -d '"')
+COMPILED := $(shell sed -n '/^COMPILED = \[/,/^\]/p' setup.py | grep -o '"[a-z_/]*"' | tr -d '"')
 
 .PHONY: help run test tck bench bench-quick bench-setup chaos clean
 
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py $(COMPILED:%=a2a_bridge/%.py)
 # Plain Python: no extension is left to shadow its source, and the compiled stamp goes with them.
 $(PLAIN): pyproject.toml setup.py $(COMPILED:%=a2a_bridge/%.py)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	rm -f $(STAMP) a2a_bridge/*.so
+	rm -f $(STAMP); find a2a_bridge -name '*.so' -delete
 	A2A_BRIDGE_COMPILE=0 $(BIN)/pip install --quiet -e .
 	touch $(PLAIN)
 
@@ -55,4 +55,4 @@ chaos: $(STAMP) ## Jepsen-style nemesis run: 3 replicas on a PostgreSQL of their
 	$(BIN)/python -m chaos.run $(CHAOS_ARGS)
 
 clean: ## remove the virtualenv, the compiled modules, caches and the default database
-	rm -rf $(VENV) build a2a_bridge/*.so .pytest_cache a2a-bridge.db *.egg-info .tck
+	find a2a_bridge -name '*.so' -delete; rm -rf $(VENV) build .pytest_cache a2a-bridge.db *.egg-info .tck

@@ -13,9 +13,10 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 COMPILED = [
-    "agent_mounts", "binding_paths", "claims", "clock", "direct_rpc", "eager", "errors", "host_env",
-    "idempotency", "ids", "json_bodies", "ledger", "limits", "live_tasks", "mailbox", "media_type", "proto_json",
-    "request_guard", "states", "task_events", "task_status", "task_writer", "turns",
+    "core/claims", "core/clock", "core/errors", "core/ids", "core/states", "core/task_events", "core/task_status",
+    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/json_bodies", "http/limits",
+    "http/media_type", "http/request_guard", "store/ledger", "store/proto_json", "tasks/eager", "tasks/host_env",
+    "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer", "tasks/turns",
 ]
 """The modules of a2a_bridge that mypyc compiles: those of a request's path, less those it cannot compile (async
 generators; classes whose base is another library's, such as the SDK's executor interfaces, which hung or failed to

@@ -5,14 +5,14 @@ and `REVIEW`, `open_window`, `resume_signal`, `APPROVED`, `WHO_MUST_ACT` and `wh
 
 import sys
 
-from a2a_bridge.observability import sdk_tracing_from_argv
+from a2a_bridge.core.observability import sdk_tracing_from_argv
 
 sdk_tracing_from_argv(sys.argv)
 
 # After the tracing switch: these import the SDK.
 from a2a_bridge.agent import Agent, open_window, resume_signal  # noqa: E402
-from a2a_bridge.bridge_routes import APPROVED, AUTHORIZE, REVIEW, ActionRoute  # noqa: E402
-from a2a_bridge.task_status import WHO_MUST_ACT, who_must_act_extension  # noqa: E402
+from a2a_bridge.core.task_status import WHO_MUST_ACT, who_must_act_extension  # noqa: E402
+from a2a_bridge.http.bridge_routes import APPROVED, AUTHORIZE, REVIEW, ActionRoute  # noqa: E402
 
 __all__ = [
     "APPROVED",

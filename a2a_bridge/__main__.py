@@ -1,3 +1,3 @@
-from a2a_bridge.cli import main
+from a2a_bridge.cli.main import main
 
 main()

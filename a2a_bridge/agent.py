@@ -7,10 +7,10 @@ from dataclasses import KW_ONLY, dataclass
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.types import AgentCard
 
-from a2a_bridge.auth import Principal
-from a2a_bridge.bridge_routes import ActionRoute
-from a2a_bridge.push import WebhookPolicy
-from a2a_bridge.turn_execution import BridgeRequestContext
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.http.bridge_routes import ActionRoute
+from a2a_bridge.push.webhooks import WebhookPolicy
+from a2a_bridge.tasks.turn_execution import BridgeRequestContext
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 """An agent's name: the first segment of its paths (`/{name}/a2a/jsonrpc`)."""

@@ -20,31 +20,39 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Scope
 
 from a2a_bridge.agent import Agent
-from a2a_bridge.agent_mounts import AgentMounts
-from a2a_bridge.auth import BearerGate, BridgeContextBuilder, Principal, bearer_token, is_operator, own_base, public_base
-from a2a_bridge.binding_paths import TrailingSlash
-from a2a_bridge.bridge_routes import STORE_ERRORS, BridgeEndpoints, StatusPolls, problem
-from a2a_bridge.card_caching import card_response
-from a2a_bridge.clock import Clock, StoreClock, SystemClock
-from a2a_bridge.config import SecurityConfig
-from a2a_bridge.console_app import console_app
-from a2a_bridge.direct_rpc import DirectRpc
-from a2a_bridge.extensions import RequiredExtensionsContextBuilder, required_extensions
-from a2a_bridge.grpc_binding import BridgeGrpcContextBuilder, GrpcAgent, GrpcServers
-from a2a_bridge.host_env import HostSettings
-from a2a_bridge.handler import BridgeRequestHandler
-from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
-from a2a_bridge.limits import RequestLimits, StreamSlots
-from a2a_bridge.media_type import BindingMediaTypes
-from a2a_bridge.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
-from a2a_bridge.outbox import Outbox
-from a2a_bridge.webhook_routes import WebhookEndpoints
-from a2a_bridge.push import WebhookPolicy, WebhookPoster, webhook_client
-from a2a_bridge.request_guard import RequestGuard
-from a2a_bridge.rest_errors import RestErrorText
-from a2a_bridge.store import Stores
-from a2a_bridge.sessions import SessionKeeper
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.core.auth import (
+    BearerGate,
+    BridgeContextBuilder,
+    Principal,
+    bearer_token,
+    is_operator,
+    own_base,
+    public_base,
+)
+from a2a_bridge.core.clock import Clock, StoreClock, SystemClock
+from a2a_bridge.core.config import DEMO_OPERATOR_TOKEN, SecurityConfig
+from a2a_bridge.http.agent_mounts import AgentMounts
+from a2a_bridge.http.binding_paths import TrailingSlash
+from a2a_bridge.http.bridge_routes import STORE_ERRORS, BridgeEndpoints, StatusPolls, problem
+from a2a_bridge.http.card_caching import card_response
+from a2a_bridge.http.direct_rpc import DirectRpc
+from a2a_bridge.http.extensions import RequiredExtensionsContextBuilder, required_extensions
+from a2a_bridge.http.grpc_binding import BridgeGrpcContextBuilder, GrpcAgent, GrpcServers
+from a2a_bridge.http.handler import BridgeRequestHandler
+from a2a_bridge.http.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
+from a2a_bridge.http.limits import RequestLimits, StreamSlots
+from a2a_bridge.http.media_type import BindingMediaTypes
+from a2a_bridge.http.request_guard import RequestGuard
+from a2a_bridge.http.rest_errors import RestErrorText
+from a2a_bridge.http.webhook_routes import WebhookEndpoints
+from a2a_bridge.ops.console_app import Console
+from a2a_bridge.ops.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
+from a2a_bridge.push.outbox import Outbox
+from a2a_bridge.push.webhooks import WebhookPolicy, WebhookPoster, webhook_client
+from a2a_bridge.store.stores import Stores
+from a2a_bridge.tasks.host_env import HostSettings
+from a2a_bridge.tasks.sessions import SessionKeeper
+from a2a_bridge.tasks.task_host import TaskHost
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC_PATH = "/a2a/jsonrpc"
@@ -101,7 +109,7 @@ class ServedAgent:
     slots: StreamSlots = field(default_factory=lambda: StreamSlots(SecurityConfig().limits.max_streams))
     """Streams open per principal, shared with the bridge's other agents."""
     direct_rpc: bool = True
-    """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.direct_rpc`)."""
+    """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.http.direct_rpc`)."""
     started: Callable[[], datetime | None] = lambda: None
     """When the bridge started serving (None before), the cards' Last-Modified."""
     interfaces: Interfaces = field(default_factory=Interfaces)
@@ -257,7 +265,7 @@ class Bridge:
             )
         self.sessions = SessionKeeper(self.ledger, [agent.host for agent in self.agents.values()], clock)
         self.announce: Callable[[], None] | None = None
-        """Called once start-up is done, gRPC ports bound: `serve` logs its start-up banner (a2a_bridge.start_banner)."""
+        """Called once start-up is done, gRPC ports bound: `serve` logs its start-up banner (a2a_bridge.cli.start_banner)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -353,13 +361,17 @@ class Bridge:
 
         tokens = {token: principal for agent in self.agents.values() for token, principal in agent.tokens.items()}
         metrics = metrics_endpoint(self.metrics, self.scrape, tokens, self.security.require_auth)
+        demo = tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator"
+        hosts = {name: agent.host for name, agent in self.agents.items()}
+        approvals = {name for name, agent in self.agents.items() if agent.spec.approvals}
+        console = Console(self.ledger, hosts, approvals, tokens, demo).app()
         routes: list[BaseRoute] = [
             Route("/", index, methods=["GET"]),
             Route(CARD_PATH, root_card, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
-            Mount("/console", app=console_app(self)),
+            Mount("/console", app=console),
         ]
         mounts = {
             name: Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()

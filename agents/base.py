@@ -20,8 +20,8 @@ from a2a.types import (
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.json_format import ParseDict
 
-from a2a_bridge.ids import random_id
-from a2a_bridge.live_tasks import canceled_text
+from a2a_bridge.core.ids import random_id
+from a2a_bridge.tasks.live_tasks import canceled_text
 
 Pause = Callable[[float], Awaitable[None]]
 

@@ -4,10 +4,10 @@ import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from a2a_bridge.app import AgentSpec
-from a2a_bridge.auth import Principal
-from a2a_bridge.bridge_routes import AUTHORIZE, REVIEW
 from a2a_bridge.agents import bench, code_reviewer, conformance, deployer, test_runner
+from a2a_bridge.app import AgentSpec
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.http.bridge_routes import AUTHORIZE, REVIEW
 
 DEPLOYER_TOKEN = "dpl_test_7c1e4b"
 DEPLOYER_SIGNING_KEY = "deployer-demo-signing-key"

@@ -21,8 +21,8 @@ from a2a.types import (
     TaskState,
 )
 
-from a2a_bridge.push import Address, Network, WebhookPolicy
 from a2a_bridge.agents.base import Emitter, KitAgent, Pause, data_part
+from a2a_bridge.push.webhooks import Address, Network, WebhookPolicy
 
 DEFAULT_STREAMING_TIMEOUT = 2.0
 """The TCK's default `TCK_STREAMING_TIMEOUT`, in seconds."""

@@ -21,8 +21,8 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict
 
-from a2a_bridge.task_status import WHO_MUST_ACT, who_must_act_extension
 from a2a_bridge.agents.base import Emitter, KitAgent, data_part, user_texts
+from a2a_bridge.core.task_status import WHO_MUST_ACT, who_must_act_extension
 
 APPROVED = "approved"
 AUTHORIZED = "authorized:"

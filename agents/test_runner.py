@@ -13,8 +13,8 @@ from a2a.types import (
     TaskState,
 )
 
-from a2a_bridge.task_status import who_must_act_extension
 from a2a_bridge.agents.base import Emitter, KitAgent, data_part, user_texts
+from a2a_bridge.core.task_status import who_must_act_extension
 
 MISSING_COMMIT = "deadbee"
 

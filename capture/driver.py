@@ -28,15 +28,15 @@ from starlette.responses import Response as HttpResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from a2a_bridge.app import Bridge
-from a2a_bridge.auth import Principal
-from a2a_bridge.clock import SteppingClock
-from a2a_bridge.config import SecurityConfig
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import KitAgent
 from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.app import Bridge
 from a2a_bridge.capture.transcript import Headers, Request, Response
 from a2a_bridge.capture.writer import Recorded, compact, pretty
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.clock import SteppingClock
+from a2a_bridge.core.config import SecurityConfig
+from a2a_bridge.store.stores import StoreConfig, Stores
 
 START = datetime(2026, 10, 6, 9, 0, tzinfo=UTC)
 SEED = 20261006

@@ -39,9 +39,9 @@ from a2a.client.errors import AgentCardResolutionError
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from a2a_bridge.arg_types import http_url, positive_seconds
-from a2a_bridge.delegation import ON_BEHALF_OF
-from a2a_bridge.kit import KIT_PORTS
+from a2a_bridge.capture.kit import KIT_PORTS
+from a2a_bridge.core.arg_types import http_url, positive_seconds
+from a2a_bridge.tasks.delegation import ON_BEHALF_OF
 
 SKILLS = ("run-tests", "review-diff", "deploy")
 AGENTS = ("test-runner", "code-reviewer", "deployer")

@@ -18,9 +18,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from a2a_bridge.arg_types import folder
 from a2a_bridge.capture.driver import capture_server
 from a2a_bridge.capture.scenarios import SCENARIOS, record
+from a2a_bridge.core.arg_types import folder
 
 OUT = Path(__file__).resolve().parent / "out"
 """The recorded transcripts: capture/out in a checkout, the copy shipped in the package once installed."""

@@ -3,12 +3,12 @@
 import argparse
 from pathlib import Path
 
-from a2a_bridge.arg_types import positive_seconds, writable_file
 from a2a_bridge.capture import allowances
 from a2a_bridge.capture.allowances import AllowError
-from a2a_bridge.capture.console import RichReporter
 from a2a_bridge.capture.allowances import AllowList
+from a2a_bridge.capture.console import RichReporter
 from a2a_bridge.capture.replay import DEADLINE, UsageError, parse_maps, replay
+from a2a_bridge.core.arg_types import positive_seconds, writable_file
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

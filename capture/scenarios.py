@@ -28,12 +28,21 @@ from google.protobuf.json_format import ParseDict
 from jwt import api_jws
 from jwt.utils import base64url_decode, base64url_encode
 
-from a2a_bridge.planner import APPROVAL_URL, BearerToken, Planner
-from a2a_bridge.store import StoreConfig
 from a2a_bridge.agents.catalog import DEPLOYER_SIGNING_KEY, DEPLOYER_TOKEN
-from a2a_bridge.capture.driver import KIT_HOSTS, OPERATOR_TOKEN, SEED, WAIT, Capture, Determinism, canonical, capture_server
+from a2a_bridge.capture.driver import (
+    KIT_HOSTS,
+    OPERATOR_TOKEN,
+    SEED,
+    WAIT,
+    Capture,
+    Determinism,
+    canonical,
+    capture_server,
+)
+from a2a_bridge.capture.planner import APPROVAL_URL, BearerToken, Planner
 from a2a_bridge.capture.transport import TITLE, RecordingTransport
 from a2a_bridge.capture.writer import pretty, render
+from a2a_bridge.store.stores import StoreConfig
 
 JSON = [("Content-Type", "application/json"), ("A2A-Version", "1.0")]
 DEPLOYER = [*JSON, ("Authorization", "Bearer dpl_test_7c1e4b")]

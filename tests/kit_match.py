@@ -11,8 +11,8 @@ from collections.abc import Callable, Collection
 from enum import Enum
 from typing import Any
 
-from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.capture.compare import Difference, Ids, compare, path_segments
+from a2a_bridge.core.task_status import WHO_MUST_ACT
 
 __all__ = ["Allowance", "Ids", "match", "tolerated"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from a2a_bridge.remote import REMOTE_EXTENSION
+from a2a_bridge.remote.agent import REMOTE_EXTENSION
 from tests.js_support import JS_DIR
 from tests.support import A2A, end_process, free_port
 

@@ -28,9 +28,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.parametrize("name", compiled_names())
 def test_the_module_runs_from_an_extension_built_after_its_source(name: str) -> None:
-    module = importlib.import_module(f"a2a_bridge.{name}")
+    module = importlib.import_module("a2a_bridge." + name.replace("/", "."))
     built = Path(module.__file__ or "")
-    assert built.suffix == ".so", f"a2a_bridge.{name} runs from {built.name}: reinstall (make test does) to compile it"
+    assert built.suffix == ".so", f"a2a_bridge/{name} runs from {built.name}: reinstall (make test does) to compile it"
     source = ROOT / "a2a_bridge" / f"{name}.py"
     if built.parent == source.parent:
         assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}: reinstall"

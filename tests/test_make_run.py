@@ -15,7 +15,7 @@ from tests.test_compiled import compiled_names
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN_INSTALL = "A2A_BRIDGE_COMPILE=0 .venv/bin/pip install --quiet -e ."
 COMPILED_INSTALL = ".venv/bin/pip install --quiet -e '.[test]'"
-DROP_COMPILED = "rm -f .venv/.installed a2a_bridge/*.so"
+DROP_COMPILED = "rm -f .venv/.installed; find a2a_bridge -name '*.so' -delete"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -38,8 +38,8 @@ def dry_run(folder: Path, target: str) -> list[str]:
 def checkout(tmp_path: Path) -> Path:
     for name in ("Makefile", "setup.py", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    (tmp_path / "a2a_bridge").mkdir()
     for name in compiled_names():
+        (tmp_path / "a2a_bridge" / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "a2a_bridge" / f"{name}.py").touch()
     return tmp_path
 

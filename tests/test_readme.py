@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from a2a_bridge.kit import KIT_PORTS
+from a2a_bridge.capture.kit import KIT_PORTS
 from tests.kit_ports import skip_if_a_kit_port_was_taken
 from tests.support import CONSOLE_SCRIPT, SHARED, end_process, free_port, wait_for
 

@@ -115,7 +115,7 @@ def test_the_wheel_installs_one_top_level_package_with_the_transcripts_and_allow
     shipped = {name for name in names if name.startswith("a2a_bridge/capture/")}
     assert {f"a2a_bridge/capture/out/{name}" for name in outputs(ROOT / "capture" / "out")} <= shipped
     assert {"a2a_bridge/capture/allow/bridge.toml", "a2a_bridge/capture/allow/rerun.toml"} <= shipped
-    extensions = {name.split("/")[1].split(".")[0] for name in names if name.endswith(".so")}
+    extensions = {name.removeprefix("a2a_bridge/").split(".")[0] for name in names if name.endswith(".so")}
     compiled = os.environ.get("A2A_BRIDGE_COMPILE") != "0"
     assert extensions == ({*compiled_names(), "native__mypyc"} if compiled else set()), "setup.py's COMPILED"
     found = installed.python(

@@ -1,8 +1,8 @@
-"""A user's own agents, served with `serve --agent tests.user_agents:NAME` by tests/test_your_agent.py: `steady`
-(repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory); and by tests/test_replica_races.py `dies_at_cancel`
-(repeat-safe), whose cancel() kills its own server; by tests/test_stream_ends.py `cleans_up`, whose cancel() reports an
+"""A user's own agents, served with `serve --agent tests.user_agents:NAME` by tests/cli/test_your_agent.py: `steady`
+(repeat-safe, an `Agent`) and `once` (not repeat-safe, a factory); and by tests/tasks/test_replica_races.py `dies_at_cancel`
+(repeat-safe), whose cancel() kills its own server; by tests/tasks/test_stream_ends.py `cleans_up`, whose cancel() reports an
 artifact before the cancel. The first run of a task waits to be killed; a later run completes
-at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`. And by tests/test_agent_errors.py
+at once. Each run is a line (the task id) in the file `$USER_AGENT_RUNS`. And by tests/tasks/test_agent_errors.py
 `raising`, which raises from a function of its own (`fail`) at once, or in a task's second turn."""
 
 import asyncio

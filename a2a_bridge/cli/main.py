@@ -21,14 +21,20 @@ from urllib.parse import urlsplit
 import uvicorn
 from starlette.types import ASGIApp
 
-from a2a_bridge import observability, operator_cli, planner, remote_config
 from a2a_bridge.agent import Agent
-from a2a_bridge.agent_loading import AgentLoadError, is_reference, load_agent
+from a2a_bridge.agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
 from a2a_bridge.app import Bridge, GrpcSettings
-from a2a_bridge.arg_types import LOG_LEVELS, CommandParser, port, positive_seconds, seconds_or_zero, writable_file
-from a2a_bridge.auth import Principal
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.config import (
+from a2a_bridge.capture import planner
+from a2a_bridge.capture import recorder, replay_command
+from a2a_bridge.capture.kit import KIT_PORTS
+from a2a_bridge.cli.agent_loading import AgentLoadError, is_reference, load_agent
+from a2a_bridge.cli.preflight import CannotStart, check_port, check_store
+from a2a_bridge.cli.start_banner import Served, banner
+from a2a_bridge.core import observability
+from a2a_bridge.core.arg_types import LOG_LEVELS, CommandParser, port, positive_seconds, seconds_or_zero, writable_file
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.core.config import (
     DEMO_OPERATOR_TOKEN,
     ENV_OPERATOR_TOKEN,
     ConfigError,
@@ -44,18 +50,16 @@ from a2a_bridge.config import (
     parse_public_url,
     user_entry,
 )
-from a2a_bridge.ids import random_id
-from a2a_bridge.preflight import CannotStart, check_port, check_store
-from a2a_bridge.read_timeouts import timed
-from a2a_bridge.request_guard import LOOPBACK_HOSTS, is_loopback
-from a2a_bridge.shutdown import BoundedServer, Draining
-from a2a_bridge.start_banner import Served, banner
-from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.host_env import HostSettings
-from a2a_bridge.outbox import RetrySchedule
-from a2a_bridge.kit import KIT_PORTS
-from a2a_bridge.agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
-from a2a_bridge.capture import recorder, replay_command
+from a2a_bridge.core.ids import random_id
+from a2a_bridge.http.read_timeouts import timed
+from a2a_bridge.http.request_guard import LOOPBACK_HOSTS, is_loopback
+from a2a_bridge.http.shutdown import BoundedServer, Draining
+from a2a_bridge.http.task_paths import TaskPaths
+from a2a_bridge.ops import operator_cli
+from a2a_bridge.push.outbox import RetrySchedule
+from a2a_bridge.remote import config as remote_config
+from a2a_bridge.store.stores import StoreConfig, Stores
+from a2a_bridge.tasks.host_env import HostSettings
 
 
 log = logging.getLogger("a2a_bridge.serve")
@@ -107,7 +111,7 @@ def public_url(text: str) -> str:
 
 
 def security(args: argparse.Namespace) -> SecurityConfig:
-    """The security configuration: the file and the environment (a2a_bridge.config), then the command line. The demo
+    """The security configuration: the file and the environment (a2a_bridge.core.config), then the command line. The demo
     operator token only while no principal is configured and callers may be anonymous; the hosts answered, by
     default the loopback names when the server listens on loopback, and always the public URL's host."""
     config = load(args.config, os.environ)
@@ -315,7 +319,7 @@ async def serve(args: argparse.Namespace) -> None:
     kit = {name: kit_url(args.host, port) for name, port in KIT_PORTS.items() if args.kit_ports and name in bridge.agents}
     served = Served(args.security.public_url or http_url(args.host, args.port), args.host, kit)
     bridge.announce = lambda: log.info("%s", banner(installed_version(), bridge, served, args.store))
-    app = observability.TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
+    app = TaskPaths(bridge.app(), bridge.ledger) if args.log_json else bridge.app()
     settle_garbage_collector()
     settle_allocator()
     limits = args.security.limits

@@ -7,7 +7,7 @@ import socket
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from a2a_bridge.store import Stores
+from a2a_bridge.store.stores import Stores
 
 STORE_TIMEOUT = 10.0
 """Seconds the store may take to answer at start-up."""

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from sqlalchemy.engine import make_url
 
 from a2a_bridge.app import CARD_PATH, JSONRPC_PATH, REST_PATH, Bridge
-from a2a_bridge.config import DEMO_OPERATOR_TOKEN
-from a2a_bridge.store import StoreConfig
+from a2a_bridge.core.config import DEMO_OPERATOR_TOKEN
+from a2a_bridge.store.stores import StoreConfig
 
 
 @dataclass(frozen=True)

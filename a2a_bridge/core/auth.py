@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge import errors
+from a2a_bridge.core import errors
 
 VERSION_HEADER = "a2a-version"
 EXTENSIONS_HEADER = HTTP_EXTENSION_HEADER.lower()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from a2a_bridge.auth import KINDS, RESERVED_NAMES, Principal
+from a2a_bridge.core.auth import KINDS, RESERVED_NAMES, Principal
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -86,7 +86,7 @@ class SecurityConfig:
     """Networks webhooks may reach beyond public addresses (loopback, private and link-local are refused otherwise)."""
     limits: Limits = field(default_factory=Limits)
     allowed_hosts: tuple[str, ...] = ()
-    """Host header values the server answers (`a2a_bridge.request_guard`); empty: the default of where it listens."""
+    """Host header values the server answers (`a2a_bridge.http.request_guard`); empty: the default of where it listens."""
     public_url: str | None = None
     """The address cards name and sign (`--public-url`); None: unsigned cards name the address the caller used."""
 

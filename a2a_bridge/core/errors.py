@@ -12,8 +12,8 @@ from a2a.utils.errors import (
     VersionNotSupportedError,
 )
 
-from a2a_bridge.claims import ClaimError
-from a2a_bridge.states import state_name
+from a2a_bridge.core.claims import ClaimError
+from a2a_bridge.core.states import state_name
 
 SUPPORTED_VERSION = "1.0"
 

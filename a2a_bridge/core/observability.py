@@ -4,8 +4,7 @@ JSON line under `--log-json`), and OpenTelemetry under `--trace`.
 The task fields come from a context variable: `TaskHost` sets it around a turn, a cancel, a reconcile and a recovery
 (`about_task` … `left_task`), so every line logged while it works on a task (its own, the agent's, the SDK's, the
 webhook sender's) carries `task_id`, `agent` and `claim_generation`; under `--log-json` a request whose path names a
-task (`/{agent}/tasks/{id}/…`, `/{agent}/approve/{id}`, `/{agent}/a2a/rest/tasks/{id}…`, `/console/api/tasks/{id}`)
-carries them too, so the server's request log line does.
+task carries them too (`a2a_bridge.http.task_paths`), so the server's request log line does.
 
 This module imports nothing of the SDK: `a2a_bridge/__init__.py` calls `sdk_tracing_from_argv` before the SDK is
 imported, because the SDK reads `OTEL_INSTRUMENTATION_A2A_SDK_ENABLED` once, at import.
@@ -16,17 +15,11 @@ import contextvars
 import json
 import logging
 import os
-import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-if TYPE_CHECKING:
-    from a2a_bridge.ledger import Ledger
+from typing import Any, NamedTuple
 
 SDK_TRACING = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
 TRACE_FLAG = "--trace"
@@ -162,32 +155,6 @@ def configure_logging(level: str, as_json: bool) -> None:
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     warnings.showwarning = log_warning
-
-
-TASK_PATH = re.compile(r"^/(?:console/api/tasks|(?P<agent>[^/]+)/(?:tasks|approve|a2a/rest/tasks))/(?P<task>[^/:?]+)")
-"""A path that names a task: an agent's bridge endpoints and REST task methods, and the console's task."""
-
-
-class TaskPaths:
-    """ASGI middleware: a request whose path names a task runs in that task's scope, with the claim generation the
-    ledger holds when the request arrives."""
-
-    def __init__(self, app: ASGIApp, ledger: "Ledger") -> None:
-        self.app = app
-        self.ledger = ledger
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = TASK_PATH.match(str(scope.get("path", ""))) if scope["type"] == "http" else None
-        record = await self.ledger.get(match["task"]) if match is not None else None
-        if match is None or record is None or match["agent"] not in (None, record.agent):
-            await self.app(scope, receive, send)
-            return
-        generation = record.claim.claim_generation
-        token = about_task(record.agent, record.task_id, lambda: generation)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            left_task(token)
 
 
 def register(serve: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ from a2a.types.a2a_pb2 import TASK_STATE_SUBMITTED, TASK_STATE_WORKING
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from a2a_bridge.states import is_terminal
+from a2a_bridge.core.states import is_terminal
 
 Event: TypeAlias = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ from a2a.types.a2a_pb2 import TASK_STATE_AUTH_REQUIRED
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from a2a_bridge.clock import iso
-from a2a_bridge.states import row_for
+from a2a_bridge.core.clock import iso
+from a2a_bridge.core.states import row_for
 
 WHO_MUST_ACT = "urn:a2a-bridge:ext:who-must-act:v1"
 """The extension whose key, in an AUTH_REQUIRED status message's metadata, says who must act."""

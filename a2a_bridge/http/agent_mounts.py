@@ -6,7 +6,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
-from a2a_bridge.auth import route_path
+from a2a_bridge.core.auth import route_path
 
 
 class AgentMounts:

@@ -4,7 +4,7 @@ JSON-RPC client among them) reach `/a2a/jsonrpc/` and `/a2a/rest/tasks/x/`, whic
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import route_path
+from a2a_bridge.core.auth import route_path
 
 
 def under(path: str, prefixes: tuple[str, ...]) -> bool:

@@ -16,15 +16,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import Principal, caller_name, header, may_see, owner_context, route_path
-from a2a_bridge.claims import AWAITING_REPLY, Claim, ClaimError
-from a2a_bridge.clock import iso
-from a2a_bridge.ledger import TaskRecord
-from a2a_bridge.live_tasks import REQUESTED_BY
-from a2a_bridge.states import state_name
-from a2a_bridge.store_faults import OUTAGE, StoreUnavailable, transient
-from a2a_bridge.task_host import TaskHost
-from a2a_bridge.task_status import action_requests, status_object
+from a2a_bridge.core.auth import Principal, caller_name, header, may_see, owner_context, route_path
+from a2a_bridge.core.claims import AWAITING_REPLY, Claim, ClaimError
+from a2a_bridge.core.clock import iso
+from a2a_bridge.core.states import state_name
+from a2a_bridge.core.task_status import action_requests, status_object
+from a2a_bridge.store.ledger import TaskRecord
+from a2a_bridge.store.store_faults import OUTAGE, StoreUnavailable, transient
+from a2a_bridge.tasks.live_tasks import REQUESTED_BY
+from a2a_bridge.tasks.task_host import TaskHost
 
 MAX_WAIT = 60.0
 CROSS_PROCESS_POLL = 0.5

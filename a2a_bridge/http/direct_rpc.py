@@ -28,11 +28,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.auth import BridgeContextBuilder
-from a2a_bridge.json_bodies import json_headers, render
-from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
-from a2a_bridge.limits import PARSED_BODY
-from a2a_bridge.proto_json import from_dict, to_dict, to_plain_dict
+from a2a_bridge.core.auth import BridgeContextBuilder
+from a2a_bridge.http.json_bodies import json_headers, render
+from a2a_bridge.http.jsonrpc import BridgeJsonRpcDispatcher
+from a2a_bridge.http.limits import PARSED_BODY
+from a2a_bridge.store.proto_json import from_dict, to_dict, to_plain_dict
 
 sdk_log = logging.getLogger(jsonrpc_dispatcher.__name__)
 """The dispatcher's logger: the direct path logs what the dispatcher would, under its name."""

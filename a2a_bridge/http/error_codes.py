@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from a2a.utils.errors import A2A_ERROR_REASONS, A2AError
 
-from a2a_bridge.store_faults import StoreUnavailable
+from a2a_bridge.store.store_faults import StoreUnavailable
 
 
 @dataclass(frozen=True)

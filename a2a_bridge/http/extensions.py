@@ -6,7 +6,7 @@ from a2a.types import AgentCard
 from a2a.utils.errors import ExtensionSupportRequiredError
 from starlette.requests import Request
 
-from a2a_bridge.auth import BridgeContextBuilder, Principal
+from a2a_bridge.core.auth import BridgeContextBuilder, Principal
 
 
 def required_extensions(card: AgentCard) -> frozenset[str]:

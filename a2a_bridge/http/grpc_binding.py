@@ -1,7 +1,7 @@
 """The gRPC binding: each agent on a port of its own, served by the SDK's `GrpcHandler` over the same
 `BridgeRequestHandler` as the JSON bindings, with the same callers (bearer tokens in the `authorization` metadata,
 UNAUTHENTICATED where the agent needs one), `A2A-Version` check, required extensions, limits (message size, what the
-stores can hold as `a2a_bridge.storable` checks it for JSON bodies, streams per principal) and the gRPC status codes
+stores can hold as `a2a_bridge.store.storable` checks it for JSON bodies, streams per principal) and the gRPC status codes
 of the specification's table."""
 
 import logging
@@ -23,14 +23,14 @@ from google.protobuf.json_format import Error as JsonFormatError
 from google.protobuf.json_format import MessageToDict
 from google.rpc import error_details_pb2, status_pb2
 
-from a2a_bridge import errors
-from a2a_bridge.auth import VERSION_HEADER, Principal, bearer_of
-from a2a_bridge.config import Limits
-from a2a_bridge.error_codes import codes_for
-from a2a_bridge.extensions import check_required
-from a2a_bridge.jsonrpc import GENERIC_MESSAGES, sanitized
-from a2a_bridge.limits import StreamSlots
-from a2a_bridge.storable import NOT_FINITE, first_flaw
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import VERSION_HEADER, Principal, bearer_of
+from a2a_bridge.core.config import Limits
+from a2a_bridge.http.error_codes import codes_for
+from a2a_bridge.http.extensions import check_required
+from a2a_bridge.http.jsonrpc import GENERIC_MESSAGES, sanitized
+from a2a_bridge.http.limits import StreamSlots
+from a2a_bridge.store.storable import NOT_FINITE, first_flaw
 
 log = logging.getLogger(__name__)
 

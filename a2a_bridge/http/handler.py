@@ -36,16 +36,16 @@ from a2a.types.a2a_pb2 import ROLE_USER
 from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsError
 from a2a.utils.task import apply_history_length
 
-from a2a_bridge import errors
-from a2a_bridge.auth import RESPONSIBLE_USER
-from a2a_bridge.config import Limits
-from a2a_bridge.delegation import responsible_user
-from a2a_bridge.idempotency import Retries
-from a2a_bridge.push import WebhookPolicy
-from a2a_bridge.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled, status_event_for
-from a2a_bridge.states import is_terminal
-from a2a_bridge.store_faults import READ_ATTEMPTS, as_request
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import RESPONSIBLE_USER
+from a2a_bridge.core.config import Limits
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.push.webhooks import WebhookPolicy
+from a2a_bridge.store.store_faults import READ_ATTEMPTS, as_request
+from a2a_bridge.tasks.delegation import responsible_user
+from a2a_bridge.tasks.idempotency import Retries
+from a2a_bridge.tasks.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled, status_event_for
+from a2a_bridge.tasks.task_host import TaskHost
 
 
 HistoryParams = SendMessageConfiguration | GetTaskRequest | ListTasksRequest

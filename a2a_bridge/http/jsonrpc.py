@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from a2a_bridge import refusal_logs
-from a2a_bridge.store_faults import StoreUnavailable
+from a2a_bridge.http import refusal_logs
+from a2a_bridge.store.store_faults import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class BridgeJsonRpcDispatcher(JsonRpcDispatcher):
     """Fixes SDK defects in one place: JSON-RPC errors that carried the parser's or an exception's text, `params` that
     are not an object read as empty params, and DeleteTaskPushNotificationConfig answering `null` where its result is
     google.protobuf.Empty, `{}` in JSON; and logs one line, without a traceback, for each request refused as the
-    client's error (`a2a_bridge.refusal_logs`)."""
+    client's error (`a2a_bridge.http.refusal_logs`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,5 +1,5 @@
 """Request limits in front of an agent's routes: the body's size, its JSON (valid UTF-8, not nested past what a
-parser can read, nothing the stores cannot hold: `a2a_bridge.storable`), and what each principal holds and does: the
+parser can read, nothing the stores cannot hold: `a2a_bridge.store.storable`), and what each principal holds and does: the
 streams and long polls it holds open, the tasks it starts a minute, the bytes it sends to be stored. What a caller
 gets past each is in docs/security.md."""
 
@@ -17,10 +17,10 @@ from a2a.utils.errors import A2AError, InvalidRequestError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_bridge import errors
-from a2a_bridge.auth import route_path
-from a2a_bridge.config import Limits
-from a2a_bridge.storable import NUL, Flaw, parse
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import route_path
+from a2a_bridge.core.config import Limits
+from a2a_bridge.store.storable import NUL, Flaw, parse
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from a2a.utils.error_handlers import build_rest_error_payload
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_bridge import errors
-from a2a_bridge.auth import route_path
-from a2a_bridge.binding_paths import under
-from a2a_bridge.rest_errors import spec_status
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import route_path
+from a2a_bridge.http.binding_paths import under
+from a2a_bridge.http.rest_errors import spec_status
 
 A2A_JSON = "application/a2a+json"
 PLAIN_JSON = "application/json"

@@ -11,7 +11,7 @@ from a2a.server.routes import jsonrpc_dispatcher, rest_dispatcher
 from a2a.utils import error_handlers
 from a2a.utils.errors import A2AError
 
-from a2a_bridge.store_faults import MESSAGE as STORE_UNAVAILABLE
+from a2a_bridge.store.store_faults import MESSAGE as STORE_UNAVAILABLE
 
 CLIENT_ERROR_TRACES = frozenset({"Failed to validate base JSON-RPC request", "Failed to parse request params"})
 """The dispatcher's `logger.exception` messages for a client's error; the line it logs next says what was answered."""

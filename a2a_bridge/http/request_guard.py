@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_bridge.config import split_host
+from a2a_bridge.core.config import split_host
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 """The names a server bound to loopback answers for by default, at any port."""

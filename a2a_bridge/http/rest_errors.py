@@ -1,6 +1,6 @@
 """HTTP+JSON error answers that never echo parser or exception text, with the status codes of the specification's
 table: the one place that corrects what the SDK's REST error handler (`a2a.utils.error_handlers`) writes, as
-`a2a_bridge.jsonrpc` does for JSON-RPC."""
+`a2a_bridge.http.jsonrpc` does for JSON-RPC."""
 
 import json
 from typing import Any
@@ -8,10 +8,10 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_bridge import refusal_logs
-from a2a_bridge.auth import route_path
-from a2a_bridge.error_codes import SPEC_TABLE, STORE_UNAVAILABLE
-from a2a_bridge.store_faults import MESSAGE as STORE_UNAVAILABLE_MESSAGE
+from a2a_bridge.core.auth import route_path
+from a2a_bridge.http import refusal_logs
+from a2a_bridge.http.error_codes import SPEC_TABLE, STORE_UNAVAILABLE
+from a2a_bridge.store.store_faults import MESSAGE as STORE_UNAVAILABLE_MESSAGE
 
 INTERNAL = "Internal error"
 INVALID_REQUEST = "Invalid request payload"
@@ -76,7 +76,7 @@ def spec_status(payload: dict[str, Any], status: int) -> tuple[dict[str, Any], i
 
 class RestErrorText:
     """Rewrites the HTTP+JSON binding's error bodies (status 400 and up, JSON) through `cleaned` and `spec_status`;
-    the SDK's log line of each refusal stays one line (`a2a_bridge.refusal_logs`)."""
+    the SDK's log line of each refusal stays one line (`a2a_bridge.http.refusal_logs`)."""
 
     def __init__(self, app: ASGIApp, binding_path: str) -> None:
         self.app = app

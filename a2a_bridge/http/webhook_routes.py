@@ -9,11 +9,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from a2a_bridge.auth import may_see
-from a2a_bridge.bridge_routes import Caller, not_found, problem
-from a2a_bridge.clock import iso
-from a2a_bridge.ledger import Delivery
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.core.auth import may_see
+from a2a_bridge.core.clock import iso
+from a2a_bridge.http.bridge_routes import Caller, not_found, problem
+from a2a_bridge.store.ledger import Delivery
+from a2a_bridge.tasks.task_host import TaskHost
 
 
 def delivery_view(delivery: Delivery) -> dict[str, Any]:

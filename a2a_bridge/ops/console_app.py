@@ -1,4 +1,4 @@
-"""The operator console at /console/: the static page (a2a_bridge/console/), and the operator-only JSON API and change
+"""The operator console at /console/: the static page (a2a_bridge/ops/console/), and the operator-only JSON API and change
 feed behind it.
 
 Every API path but `/console/api/info` asks for the operator's bearer token (401 without a known token, 403 for a
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from a2a.types import Task
 from google.protobuf.json_format import MessageToDict
@@ -33,19 +33,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_bridge.auth import Principal, bearer_token, owner_context
-from a2a_bridge.bridge_routes import BridgeEndpoints, claim_fields, claim_view, not_found, problem
-from a2a_bridge.claims import AWAITING_REPLY, NEEDS_RECONCILIATION
-from a2a_bridge.clock import iso
-from a2a_bridge.ledger import Ledger, TaskQuery, TaskRecord
-from a2a_bridge.states import STATE_TABLE, is_terminal, state_name
-from a2a_bridge.task_host import TaskHost
-from a2a_bridge.task_status import action_requests, status_object
-from a2a_bridge.webhook_routes import delivery_view
-from a2a_bridge.config import DEMO_OPERATOR_TOKEN
+from a2a_bridge.core.auth import Principal, bearer_token, owner_context
+from a2a_bridge.core.claims import AWAITING_REPLY, NEEDS_RECONCILIATION
+from a2a_bridge.core.clock import iso
+from a2a_bridge.core.states import STATE_TABLE, is_terminal, state_name
+from a2a_bridge.core.task_status import action_requests, status_object
+from a2a_bridge.http.bridge_routes import BridgeEndpoints, claim_fields, claim_view, not_found, problem
+from a2a_bridge.http.webhook_routes import delivery_view
+from a2a_bridge.store.ledger import Ledger, TaskQuery, TaskRecord
+from a2a_bridge.tasks.task_host import TaskHost
 
-if TYPE_CHECKING:
-    from a2a_bridge.app import Bridge
 
 FILES = Path(__file__).resolve().parent / "console"
 POLL = 0.5
@@ -410,13 +407,3 @@ class SecurityHeaders:
 
 async def favicon(_request: Request) -> Response:
     return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
-
-
-def console_app(bridge: "Bridge") -> ASGIApp:
-    """The console over a bridge's agents; it tells whether the server accepts the demo operator token."""
-
-    tokens = {token: principal for agent in bridge.agents.values() for token, principal in agent.tokens.items()}
-    demo = tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator"
-    hosts = {name: agent.host for name, agent in bridge.agents.items()}
-    approvals = {name for name, agent in bridge.agents.items() if agent.spec.approvals}
-    return Console(bridge.ledger, hosts, approvals, tokens, demo).app()

@@ -41,8 +41,8 @@ from prometheus_client.exposition import choose_encoder
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from a2a_bridge.auth import Principal, bearer_token
-from a2a_bridge.states import STATE_TABLE
+from a2a_bridge.core.auth import Principal, bearer_token
+from a2a_bridge.core.states import STATE_TABLE
 
 Result = TypeVar("Result")
 

@@ -14,8 +14,8 @@ from httpx_sse import connect_sse
 from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
-from a2a_bridge.arg_types import http_url, positive_count
-from a2a_bridge.config import DEMO_OPERATOR_TOKEN
+from a2a_bridge.core.arg_types import http_url, positive_count
+from a2a_bridge.core.config import DEMO_OPERATOR_TOKEN
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TOKEN_ENV = "A2A_BRIDGE_TOKEN"

@@ -18,11 +18,11 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore
 from a2a.types import TaskPushNotificationConfig
 
-from a2a_bridge.clock import Clock
-from a2a_bridge.ledger import Delivery, Ledger
-from a2a_bridge.push import FailureLog, WebhookPolicy, WebhookPoster
-from a2a_bridge.states import is_terminal
-from a2a_bridge.store_faults import OUTAGE, transient
+from a2a_bridge.core.clock import Clock
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy, WebhookPoster
+from a2a_bridge.store.ledger import Delivery, Ledger
+from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
 

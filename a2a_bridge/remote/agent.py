@@ -45,9 +45,9 @@ from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import A2AError, TaskNotCancelableError
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
-from a2a_bridge.live_tasks import canceled_text
-from a2a_bridge.remote_faults import Patience, RemoteFailure, classify
-from a2a_bridge.states import UnknownStateError, is_interrupted, is_terminal, row_for
+from a2a_bridge.core.states import UnknownStateError, is_interrupted, is_terminal, row_for
+from a2a_bridge.remote.faults import Patience, RemoteFailure, classify
+from a2a_bridge.tasks.live_tasks import canceled_text
 
 REMOTE_EXTENSION = "urn:a2a-bridge:ext:remote:v1"
 """Our task's metadata key for its remote task: {url, taskId, contextId}."""

@@ -17,11 +17,11 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 
 from a2a_bridge.agent import NAME
 from a2a_bridge.app import AgentSpec
-from a2a_bridge.arg_types import positive_seconds
-from a2a_bridge.config import ENV_CONFIG, ConfigError
-from a2a_bridge.remote import DEFAULT_TIMEOUT, MAX_REMOTES, REMOTE_EXTENSION, RemoteAgent
-from a2a_bridge.remote_faults import Patience, RemoteFailure, classify
-from a2a_bridge.task_status import who_must_act_extension
+from a2a_bridge.core.arg_types import positive_seconds
+from a2a_bridge.core.config import ENV_CONFIG, ConfigError
+from a2a_bridge.core.task_status import who_must_act_extension
+from a2a_bridge.remote.agent import DEFAULT_TIMEOUT, MAX_REMOTES, REMOTE_EXTENSION, RemoteAgent
+from a2a_bridge.remote.faults import Patience, RemoteFailure, classify
 
 
 def front_card(remote: AgentCard) -> AgentCard:

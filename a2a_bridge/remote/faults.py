@@ -18,7 +18,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from a2a_bridge.states import UnknownStateError
+from a2a_bridge.core.states import UnknownStateError
 
 FIRST_BACKOFF = 0.25
 MAX_BACKOFF = 2.0

@@ -16,8 +16,8 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
 from a2a.types import Task
 
-from a2a_bridge.claims import TERMINAL, Claim
-from a2a_bridge.task_status import Notification
+from a2a_bridge.core.claims import TERMINAL, Claim
+from a2a_bridge.core.task_status import Notification
 
 Notice = Callable[[str, str, str], None]
 """Called with (kind, task id, detail) for a change a process (another, or this one) committed: "t" a task or its

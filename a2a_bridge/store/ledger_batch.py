@@ -24,8 +24,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Executable
 
-from a2a_bridge.ledger import Fenced, SentMessage, TaskExists
-from a2a_bridge.ledger_tables import (
+from a2a_bridge.store.ledger import Fenced, SentMessage, TaskExists
+from a2a_bridge.store.ledger_tables import (
     claim_events_table,
     events_table,
     messages_table,

@@ -24,10 +24,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
-from a2a_bridge.claims import TERMINAL, Claim
-from a2a_bridge.ledger import ClaimEvent, Delivery, TaskRecord
-from a2a_bridge.proto_json import to_dict
-from a2a_bridge.task_status import Notification
+from a2a_bridge.core.claims import TERMINAL, Claim
+from a2a_bridge.core.task_status import Notification
+from a2a_bridge.store.ledger import ClaimEvent, Delivery, TaskRecord
+from a2a_bridge.store.proto_json import to_dict
 
 metadata = MetaData()
 
@@ -209,7 +209,7 @@ def event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:
 
 def task_row(task: Task, owner: str) -> dict[str, Any]:
     """The row of the SDK's task table for a task, column for column as the SDK's `DatabaseTaskStore._to_orm` maps it
-    (tests/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`."""
+    (tests/store/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`."""
     return {
         "id": task.id,
         "context_id": task.context_id,

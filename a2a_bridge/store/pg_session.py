@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, insert, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from a2a_bridge.ledger import Request
-from a2a_bridge.ledger_tables import SESSION_LOCKS, requests_table
+from a2a_bridge.store.ledger import Request
+from a2a_bridge.store.ledger_tables import SESSION_LOCKS, requests_table
 
 CHANNEL = "a2a_bridge"
 """The NOTIFY channel of the replicas on one database; a payload is "<kind>:<task id>[:<detail>]" (`ledger.Notice`)."""

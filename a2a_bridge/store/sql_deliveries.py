@@ -7,8 +7,8 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from a2a_bridge.ledger import Delivery
-from a2a_bridge.ledger_tables import deliveries_table, delivery_key, delivery_of, delivery_row, events_table
+from a2a_bridge.store.ledger import Delivery
+from a2a_bridge.store.ledger_tables import deliveries_table, delivery_key, delivery_of, delivery_row, events_table
 
 
 class SqlDeliveries:

@@ -16,9 +16,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from a2a_bridge.claims import TERMINAL, Claim
-from a2a_bridge.group_commit import GroupCommit
-from a2a_bridge.ledger import (
+from a2a_bridge.core.claims import TERMINAL, Claim
+from a2a_bridge.store.group_commit import GroupCommit
+from a2a_bridge.store.ledger import (
     HELD,
     ClaimEvent,
     Fenced,
@@ -31,7 +31,7 @@ from a2a_bridge.ledger import (
     Written,
     read_consistently,
 )
-from a2a_bridge.ledger_batch import (
+from a2a_bridge.store.ledger_batch import (
     Outcome,
     Remember,
     Save,
@@ -41,7 +41,7 @@ from a2a_bridge.ledger_batch import (
     fresh_messages,
     record_rows,
 )
-from a2a_bridge.ledger_tables import (
+from a2a_bridge.store.ledger_tables import (
     claim_events_table,
     event_rows,
     events_table,
@@ -57,9 +57,16 @@ from a2a_bridge.ledger_tables import (
     upsert_statement,
     utc,
 )
-from a2a_bridge.sql_deliveries import SqlDeliveries
-from a2a_bridge.pg_session import NOTIFY, REQUEST_NOTICE, SessionConnection, event_notices, request_params, session_alive
-from a2a_bridge.store_faults import StoreHealth, transient
+from a2a_bridge.store.pg_session import (
+    NOTIFY,
+    REQUEST_NOTICE,
+    SessionConnection,
+    event_notices,
+    request_params,
+    session_alive,
+)
+from a2a_bridge.store.sql_deliveries import SqlDeliveries
+from a2a_bridge.store.store_faults import StoreHealth, transient
 
 log = logging.getLogger(__name__)
 

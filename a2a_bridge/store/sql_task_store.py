@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from a2a_bridge.store_faults import OUTAGE
+from a2a_bridge.store.store_faults import OUTAGE
 
 Key = tuple[str, str, int, int | None]
 """What a count counts: owner, context id, status, status-timestamp lower bound (nanoseconds)."""

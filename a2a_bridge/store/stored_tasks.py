@@ -15,9 +15,9 @@ from typing import Any
 
 from a2a.types import Task
 
-from a2a_bridge.ledger import TaskRecord, ended
-from a2a_bridge.proto_json import to_dict
-from a2a_bridge.states import is_terminal
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.store.ledger import TaskRecord, ended
+from a2a_bridge.store.proto_json import to_dict
 
 MAX_TASKS = 10_000
 MAX_BYTES = 16 * 1024 * 1024

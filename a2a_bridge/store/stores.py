@@ -33,13 +33,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
-from a2a_bridge.ledger import Ledger, MemoryLedger
-from a2a_bridge.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
-from a2a_bridge.memory_task_store import MemoryTaskStore
-from a2a_bridge.proto_json import from_dict
-from a2a_bridge.sql_ledger import SqlLedger
-from a2a_bridge.sql_task_store import SqlTaskStore
-from a2a_bridge.store_faults import StoreHealth
+from a2a_bridge.store.ledger import Ledger, MemoryLedger
+from a2a_bridge.store.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
+from a2a_bridge.store.memory_task_store import MemoryTaskStore
+from a2a_bridge.store.proto_json import from_dict
+from a2a_bridge.store.sql_ledger import SqlLedger
+from a2a_bridge.store.sql_task_store import SqlTaskStore
+from a2a_bridge.store.store_faults import StoreHealth
 
 
 ORJSON_NATIVE_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS

@@ -9,12 +9,15 @@ from collections.abc import Awaitable, Callable
 from a2a.server.context import ServerCallContext
 from a2a.types import Task, TaskState
 
-from a2a_bridge import claims, errors
-from a2a_bridge.auth import is_operator
-from a2a_bridge.claims import Claim, Op
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import Fenced, TaskRecord
-from a2a_bridge.live_tasks import (
+from a2a_bridge.core import claims, errors
+from a2a_bridge.core.auth import is_operator
+from a2a_bridge.core.claims import Claim, Op
+from a2a_bridge.core.observability import about_task, left_task
+from a2a_bridge.core.states import ENDED_BY_CLAIM, is_terminal
+from a2a_bridge.store.ledger import Fenced, TaskRecord
+from a2a_bridge.store.store_faults import StoreUnavailable
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import (
     REQUESTED_BY,
     LiveTask,
     TaskTable,
@@ -25,11 +28,8 @@ from a2a_bridge.live_tasks import (
     snapshot,
     status_event_for,
 )
-from a2a_bridge.observability import about_task, left_task
-from a2a_bridge.states import ENDED_BY_CLAIM, is_terminal
-from a2a_bridge.store_faults import StoreUnavailable
-from a2a_bridge.task_writer import CANCEL_TURN, TaskWriter
-from a2a_bridge.turn_execution import BridgeRequestContext, TurnQueue
+from a2a_bridge.tasks.task_writer import CANCEL_TURN, TaskWriter
+from a2a_bridge.tasks.turn_execution import BridgeRequestContext, TurnQueue
 
 log = logging.getLogger(__name__)
 

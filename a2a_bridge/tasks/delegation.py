@@ -6,10 +6,10 @@ from a2a.types import Message
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
-from a2a_bridge import errors
-from a2a_bridge.auth import Principal
-from a2a_bridge.ledger import Ledger
-from a2a_bridge.states import STATE_TABLE, StateClass
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.states import STATE_TABLE, StateClass
+from a2a_bridge.store.ledger import Ledger
 
 ON_BEHALF_OF = "urn:a2a-bridge:ext:on-behalf-of:v1"
 """The message metadata key: `{"parentTask": "<agent>/<task id>"}`."""

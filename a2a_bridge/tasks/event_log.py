@@ -15,11 +15,11 @@ from a2a.types import StreamResponse
 from a2a.utils.errors import InternalError
 from google.protobuf.json_format import Parse
 
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import HELD
-from a2a_bridge.live_tasks import Listener, Refused, TurnEnded
-from a2a_bridge.store_faults import OUTAGE, transient
-from a2a_bridge.task_events import Event
+from a2a_bridge.core.task_events import Event
+from a2a_bridge.store.ledger import HELD
+from a2a_bridge.store.store_faults import OUTAGE, transient
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import Listener, Refused, TurnEnded
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from a2a.server.agent_execution import AgentExecutor
 from a2a.server.tasks import PushNotificationConfigStore, TaskStore
 from a2a.types import Message
 
-from a2a_bridge import claims
-from a2a_bridge.clock import Clock
-from a2a_bridge.config import Limits
-from a2a_bridge.ledger import Ledger
-from a2a_bridge.outbox import Outbox, RetrySchedule
-from a2a_bridge.store_faults import STORE_GRACE
+from a2a_bridge.core import claims
+from a2a_bridge.core.clock import Clock
+from a2a_bridge.core.config import Limits
+from a2a_bridge.push.outbox import Outbox, RetrySchedule
+from a2a_bridge.store.ledger import Ledger
+from a2a_bridge.store.store_faults import STORE_GRACE
 
 ReplyHook = Callable[[str, str, Message], Coroutine[Any, Any, None]]
 """Called with (owner, messageId, reply) when an agent answers a message directly, before the caller sees it."""

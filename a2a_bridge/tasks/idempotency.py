@@ -12,14 +12,14 @@ from a2a.types import Message, SendMessageRequest, Task
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToJson, Parse
 
-from a2a_bridge import claims, errors
-from a2a_bridge.auth import owner_context
-from a2a_bridge.ledger import SentMessage, TaskRecord
-from a2a_bridge.store_faults import StoreUnavailable, transient
-from a2a_bridge.live_tasks import Listener, TurnEnded
-from a2a_bridge.event_log import SAFETY_NET
-from a2a_bridge.states import is_terminal
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.core import claims, errors
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.store.ledger import SentMessage, TaskRecord
+from a2a_bridge.store.store_faults import StoreUnavailable, transient
+from a2a_bridge.tasks.event_log import SAFETY_NET
+from a2a_bridge.tasks.live_tasks import Listener, TurnEnded
+from a2a_bridge.tasks.task_host import TaskHost
 
 REPLAYED = -1
 """The turn of a listener fed from what a message's first send left rather than from a running turn."""

@@ -5,23 +5,38 @@ hold (the turn then ends FAILED)."""
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from a2a_bridge.ledger import Fenced
-from a2a_bridge.live_tasks import LiveTask, Refused, TurnEnded, TurnFailed, snapshot
-from a2a_bridge.states import is_terminal
-from a2a_bridge.store_faults import StoreUnavailable, backoff
+from a2a.server.context import ServerCallContext
 
-if TYPE_CHECKING:
-    from a2a_bridge.task_writer import TaskWriter
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.store.ledger import Fenced
+from a2a_bridge.store.store_faults import StoreUnavailable, backoff
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import Listener, LiveTask, Refused, TaskTable, TurnEnded, TurnFailed, snapshot
 
 log = logging.getLogger(__name__)
+
+
+class Writer(Protocol):
+    """What kept writes need of the task writer that keeps them (`task_writer.TaskWriter`)."""
+
+    env: HostEnv
+    table: TaskTable
+    join_winner: Callable[[str, ServerCallContext, Listener], None] | None
+
+    async def store_held(self, live: LiveTask) -> None: ...
+
+    async def fail(self, live: LiveTask, text: str = ...) -> None: ...
+
+    def end_turn(self, live: LiveTask, turn: int) -> None: ...
 
 
 class KeptWrites:
     """What a `TaskWriter` does with a write the store refused."""
 
-    def __init__(self, writer: "TaskWriter") -> None:
+    def __init__(self, writer: Writer) -> None:
         self.writer = writer
 
     def keep(self, live: LiveTask) -> None:

@@ -20,14 +20,14 @@ from a2a.types import (
 from a2a.types.a2a_pb2 import ROLE_AGENT, ROLE_USER, TASK_STATE_INPUT_REQUIRED
 from a2a.utils.errors import A2AError
 
-from a2a_bridge import errors
-from a2a_bridge.auth import is_operator, may_see, owner_context
-from a2a_bridge.clock import Clock
-from a2a_bridge.ledger import ClaimEvent, Ledger, TaskRecord
-from a2a_bridge.mailbox import Mailbox
-from a2a_bridge.states import is_interrupted, is_terminal, state_name
-from a2a_bridge.task_events import Event
-from a2a_bridge.task_status import ANONYMOUS
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import is_operator, may_see, owner_context
+from a2a_bridge.core.clock import Clock
+from a2a_bridge.core.states import is_interrupted, is_terminal, state_name
+from a2a_bridge.core.task_events import Event
+from a2a_bridge.core.task_status import ANONYMOUS
+from a2a_bridge.store.ledger import ClaimEvent, Ledger, TaskRecord
+from a2a_bridge.tasks.mailbox import Mailbox
 
 REQUESTED_BY = "requested_by"
 """The call context's state key naming who asked for a cancel made in the task owner's name (an operator)."""

@@ -11,16 +11,16 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Task
 from a2a.utils.errors import A2AError
 
-from a2a_bridge import errors
-from a2a_bridge.auth import owner_context
-from a2a_bridge.claims import Claim, Op
-from a2a_bridge.event_log import SAFETY_NET, LogFeeds, until
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import HELD, Request, TaskRecord, ended
-from a2a_bridge.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester
-from a2a_bridge.states import is_terminal
-from a2a_bridge.store_faults import OUTAGE, StoreUnavailable, transient
-from a2a_bridge.task_writer import TaskWriter
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.core.claims import Claim, Op
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.store.ledger import HELD, Request, TaskRecord, ended
+from a2a_bridge.store.store_faults import OUTAGE, StoreUnavailable, transient
+from a2a_bridge.tasks.event_log import SAFETY_NET, LogFeeds, until
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import Listener, LiveTask, TaskTable, TurnEnded, last_user_message, requester
+from a2a_bridge.tasks.task_writer import TaskWriter
 
 log = logging.getLogger(__name__)
 

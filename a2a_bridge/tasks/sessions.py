@@ -6,9 +6,9 @@ those of a replica that died."""
 import asyncio
 import logging
 
-from a2a_bridge.clock import Clock, StoreClock
-from a2a_bridge.ledger import Ledger
-from a2a_bridge.task_host import TaskHost
+from a2a_bridge.core.clock import Clock, StoreClock
+from a2a_bridge.store.ledger import Ledger
+from a2a_bridge.tasks.task_host import TaskHost
 
 log = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ from typing import Any
 from a2a.types import TaskState
 from google.protobuf.json_format import ParseDict
 
-from a2a_bridge import claims, errors
-from a2a_bridge.auth import owner_context
-from a2a_bridge.claims import ClaimError, Op
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.ledger import Fenced, TaskRecord
-from a2a_bridge.live_tasks import CANCELED_TEXT, LiveTask, TaskTable, agent_status, status_event_for
-from a2a_bridge.observability import about_task, left_task
-from a2a_bridge.task_status import WHO_MUST_ACT
-from a2a_bridge.task_writer import TaskWriter
-from a2a_bridge.turns import TurnRunner
+from a2a_bridge.core import claims, errors
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.core.claims import ClaimError, Op
+from a2a_bridge.core.observability import about_task, left_task
+from a2a_bridge.core.task_status import WHO_MUST_ACT
+from a2a_bridge.store.ledger import Fenced, TaskRecord
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import CANCELED_TEXT, LiveTask, TaskTable, agent_status, status_event_for
+from a2a_bridge.tasks.task_writer import TaskWriter
+from a2a_bridge.tasks.turns import TurnRunner
 
 log = logging.getLogger(__name__)
 

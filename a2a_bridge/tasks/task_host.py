@@ -11,21 +11,21 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import PushNotificationConfigStore, TaskStore
 from a2a.types import SendMessageRequest, Task, TaskPushNotificationConfig
 
-from a2a_bridge import errors
-from a2a_bridge.auth import caller_name, may_see, owner_context, visible_to
-from a2a_bridge.cancels import Canceller
-from a2a_bridge.clock import Clock
-from a2a_bridge.host_env import HostEnv, HostSettings, ReplyHook
-from a2a_bridge.ledger import Ledger, TaskRecord
-from a2a_bridge.live_tasks import Listener, TaskTable, snapshot
-from a2a_bridge.outbox import Outbox
-from a2a_bridge.replicas import ReplicaLink
-from a2a_bridge.sql_task_store import SqlTaskStore
-from a2a_bridge.states import is_terminal
-from a2a_bridge.stored_tasks import StoredTasks
-from a2a_bridge.sweeps import Sweeps
-from a2a_bridge.task_writer import TaskWriter
-from a2a_bridge.turns import TurnRunner
+from a2a_bridge.core import errors
+from a2a_bridge.core.auth import caller_name, may_see, owner_context, visible_to
+from a2a_bridge.core.clock import Clock
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.push.outbox import Outbox
+from a2a_bridge.store.ledger import Ledger, TaskRecord
+from a2a_bridge.store.sql_task_store import SqlTaskStore
+from a2a_bridge.store.stored_tasks import StoredTasks
+from a2a_bridge.tasks.cancels import Canceller
+from a2a_bridge.tasks.host_env import HostEnv, HostSettings, ReplyHook
+from a2a_bridge.tasks.live_tasks import Listener, TaskTable, snapshot
+from a2a_bridge.tasks.replicas import ReplicaLink
+from a2a_bridge.tasks.sweeps import Sweeps
+from a2a_bridge.tasks.task_writer import TaskWriter
+from a2a_bridge.tasks.turns import TurnRunner
 
 
 class TaskHost:

@@ -13,13 +13,18 @@ from a2a.types import Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToJson
 
-from a2a_bridge import claims, eager
-from a2a_bridge.auth import RESPONSIBLE_USER, store_context
-from a2a_bridge.claims import Claim, ClaimError, Op
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.kept_writes import KeptWrites, tell_store_down
-from a2a_bridge.ledger import ClaimEvent, Fenced, TaskExists, TaskRecord
-from a2a_bridge.live_tasks import (
+from a2a_bridge.core import claims
+from a2a_bridge.core.auth import RESPONSIBLE_USER, store_context
+from a2a_bridge.core.claims import Claim, ClaimError, Op
+from a2a_bridge.core.states import is_terminal, row_for, state_name
+from a2a_bridge.core.task_events import Event, apply_event, stamp_ids
+from a2a_bridge.core.task_status import ANONYMOUS, next_notifications
+from a2a_bridge.store.ledger import ClaimEvent, Fenced, TaskExists, TaskRecord
+from a2a_bridge.store.store_faults import StoreUnavailable, transient
+from a2a_bridge.tasks import eager
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.kept_writes import KeptWrites, tell_store_down
+from a2a_bridge.tasks.live_tasks import (
     FeedItem,
     Listener,
     LiveTask,
@@ -33,10 +38,6 @@ from a2a_bridge.live_tasks import (
     snapshot,
     status_event_for,
 )
-from a2a_bridge.states import is_terminal, row_for, state_name
-from a2a_bridge.store_faults import StoreUnavailable, transient
-from a2a_bridge.task_events import Event, apply_event, stamp_ids
-from a2a_bridge.task_status import ANONYMOUS, next_notifications
 
 log = logging.getLogger(__name__)
 

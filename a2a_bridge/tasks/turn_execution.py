@@ -10,14 +10,14 @@ from a2a.server.agent_execution import RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import Message, Task
 
-from a2a_bridge import claims
-from a2a_bridge.claims import ClaimError, Op
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.live_tasks import LiveTask, Pending, TurnEnded, TurnFailed, Window
-from a2a_bridge.observability import about_task, left_task
-from a2a_bridge.store_faults import StoreUnavailable
-from a2a_bridge.task_events import Event
-from a2a_bridge.task_writer import TaskWriter
+from a2a_bridge.core import claims
+from a2a_bridge.core.claims import ClaimError, Op
+from a2a_bridge.core.observability import about_task, left_task
+from a2a_bridge.core.task_events import Event
+from a2a_bridge.store.store_faults import StoreUnavailable
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import LiveTask, Pending, TurnEnded, TurnFailed, Window
+from a2a_bridge.tasks.task_writer import TaskWriter
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,14 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Message, Part, Role, SendMessageRequest
 from a2a.utils.errors import A2AError
 
-from a2a_bridge import claims, errors
-from a2a_bridge.claims import ClaimError, Op
-from a2a_bridge.host_env import HostEnv
-from a2a_bridge.live_tasks import (
+from a2a_bridge.core import claims, errors
+from a2a_bridge.core.claims import ClaimError, Op
+from a2a_bridge.core.observability import about_task, left_task
+from a2a_bridge.core.states import is_terminal
+from a2a_bridge.core.task_events import add_user_input, new_task
+from a2a_bridge.store.store_faults import StoreUnavailable, transient
+from a2a_bridge.tasks.host_env import HostEnv
+from a2a_bridge.tasks.live_tasks import (
     Listener,
     LiveTask,
     Pending,
@@ -38,12 +42,8 @@ from a2a_bridge.live_tasks import (
     may_use,
     snapshot,
 )
-from a2a_bridge.observability import about_task, left_task
-from a2a_bridge.states import is_terminal
-from a2a_bridge.task_events import add_user_input, new_task
-from a2a_bridge.store_faults import StoreUnavailable, transient
-from a2a_bridge.task_writer import TaskWriter
-from a2a_bridge.turn_execution import BridgeRequestContext, TurnExecution, TurnQueue
+from a2a_bridge.tasks.task_writer import TaskWriter
+from a2a_bridge.tasks.turn_execution import BridgeRequestContext, TurnExecution, TurnQueue
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-// A remote agent on @a2a-js/sdk for the bridge to front (`a2a-bridge serve --remote NAME=URL`, tests/test_remote.py).
+// A remote agent on @a2a-js/sdk for the bridge to front (`a2a-bridge serve --remote NAME=URL`, tests/remote/test_remote.py).
 // Its card at /.well-known/agent-card.json and JSON-RPC at /a2a/jsonrpc, on 127.0.0.1. By the first text of a task:
 //
 //   "count N"  works: streams an artifact `count` of N chunks, one per pace, then completes ("Counted to N").

@@ -19,7 +19,7 @@
 //                                                       open a task whose artifact's name and first link hold an unclosed
 //                                                       U+202E, and report the order the characters after them show in
 //
-// Prints one JSON object a line (one per step) for tests/test_console_browser.py; exits 1 after printing
+// Prints one JSON object a line (one per step) for tests/ops/test_console_browser.py; exits 1 after printing
 // {"error": ...} when a step fails.
 import fs from 'node:fs';
 import os from 'node:os';

@@ -18,14 +18,24 @@ from a2a_bridge.agents.catalog import DEPLOYER_SIGNING_KEY
 from a2a_bridge.capture.allowances import AllowList, load as load_allow
 from a2a_bridge.capture.recorder import OUT, outputs
 from a2a_bridge.capture.replay import Replayer, replay
-from a2a_bridge.capture.transcript import Block, Headers, Request, Response, StreamPosition, Transcript, load, load_all, parse
+from a2a_bridge.capture.transcript import (
+    Block,
+    Headers,
+    Request,
+    Response,
+    StreamPosition,
+    Transcript,
+    load,
+    load_all,
+    parse,
+)
 from a2a_bridge.capture.transport import RecordingTransport
 from a2a_bridge.capture.writer import Recorded, render
 from tests.claim_support import claim_view, operations
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess, wait_for
-from tests.test_planner import DECISIONS, SHORT_ID, normalized
+from tests.capture.test_planner import DECISIONS, SHORT_ID, normalized
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KIT_AGENTS = {"localhost:41241": "test-runner", "localhost:41242": "code-reviewer", "localhost:41243": "deployer"}
 RESTARTS = "22-reconcile"
 """The capture whose server restarts after its block 2: replayed on its own, across a restart of the server."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from a2a_bridge.planner import PlanContext, Planner
+from a2a_bridge.capture.planner import PlanContext, Planner
 from tests.support import DEPLOYER_TOKEN, ServerProcess
 
 OPERATOR_TOKEN = "ops_demo_5b9e"

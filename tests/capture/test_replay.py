@@ -14,7 +14,7 @@ from a2a_bridge.capture.replay import BlockResult, Replayer, UsageError, parse_m
 from a2a_bridge.capture.transcript import load_all, parse
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BRIDGE_ALLOW = ROOT / "capture" / "allow" / "bridge.toml"
 RERUN_ALLOW = ROOT / "capture" / "allow" / "rerun.toml"
 KIT_AGENTS = {"localhost:41241": "test-runner", "localhost:41242": "code-reviewer", "localhost:41243": "deployer"}

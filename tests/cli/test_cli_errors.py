@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from a2a_bridge.cli import parser
-from a2a_bridge.kit import KIT_PORTS
-from a2a_bridge.preflight import CannotStart, check_store
-from a2a_bridge.store import StoreConfig, Stores
+from a2a_bridge.capture.kit import KIT_PORTS
+from a2a_bridge.cli.main import parser
+from a2a_bridge.cli.preflight import CannotStart, check_store
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import free_port
 
 

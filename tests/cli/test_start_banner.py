@@ -11,7 +11,7 @@ import httpx
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
-from a2a_bridge.cli import installed_version
+from a2a_bridge.cli.main import installed_version
 from tests.support import ServerProcess, wait_for
 
 AGENTS = ("test-runner", "code-reviewer", "deployer")

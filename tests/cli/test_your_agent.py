@@ -18,15 +18,15 @@ from a2a.server.agent_execution import RequestContext
 from a2a.server.context import ServerCallContext
 
 from a2a_bridge import Agent, open_window, resume_signal
-from a2a_bridge.agent_loading import AgentLoadError
-from a2a_bridge.cli import chosen_agents, parser
-from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.agents.catalog import DOCUMENTED_AGENTS
+from a2a_bridge.cli.agent_loading import AgentLoadError
+from a2a_bridge.cli.main import chosen_agents, parser
+from a2a_bridge.core.task_status import WHO_MUST_ACT
 from tests.claim_support import RECONCILE_TEXT, claim_view, operations, reconcile, start, status_text, stored_claim_view, wait_state
 from tests.support import A2A, CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, user_message, wait_for
 from tests.user_agents import RUNS, runs, steady
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVED = ["examples.hello_agent:agent", "test-runner", "examples.wrapped_agent:make_agent"]
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from a2a_bridge.app import Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.stock_sdk import stock_app
 from tests.support import rpc, serve_in_thread, user_message
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Writing an agent from scratch"
 
 

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from a2a_bridge import claims
-from a2a_bridge.claims import (
+from a2a_bridge.core import claims
+from a2a_bridge.core.claims import (
     CLAIM_STATES,
     NO_RECORD,
     TERMINAL,

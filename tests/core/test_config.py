@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from a2a_bridge.auth import Principal
 from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
-from a2a_bridge.cli import kit_url, parser, security
-from a2a_bridge.config import DEMO_OPERATOR_TOKEN
-from a2a_bridge.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
+from a2a_bridge.cli.main import kit_url, parser, security
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.config import DEMO_OPERATOR_TOKEN
+from a2a_bridge.core.config import ConfigError, Limits, SecurityConfig, check_delegates, env_principals, load
 
 FILE = """
 require_auth = true

@@ -3,7 +3,7 @@
 import uuid
 from unittest import mock
 
-from a2a_bridge.ids import random_id
+from a2a_bridge.core.ids import random_id
 
 
 def test_random_ids_are_version_4_uuids_written_as_uuid_writes_them() -> None:

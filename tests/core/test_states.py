@@ -5,7 +5,7 @@ import re
 import pytest
 from a2a.types import TaskState
 
-from a2a_bridge.states import STATE_TABLE, UnknownStateError, is_terminal, row_for
+from a2a_bridge.core.states import STATE_TABLE, UnknownStateError, is_terminal, row_for
 from tests.support import SHARED
 
 NINE = [name for name in TaskState.keys()]

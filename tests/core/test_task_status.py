@@ -21,11 +21,11 @@ import pytest
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 
-from a2a_bridge import bridge_routes
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.http import bridge_routes
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.stock_sdk import card, open_task
 from tests.support import A2A, DEPLOYER_TOKEN, ServerProcess, rpc, rpc_stream, serve_in_thread, user_message, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 from a2a.types import Task, TaskState
 from google.protobuf.json_format import ParseDict
 
-from a2a_bridge.task_status import WHO_MUST_ACT, Notification, next_notifications
+from a2a_bridge.core.task_status import WHO_MUST_ACT, Notification, next_notifications
 from tests.support import DEPLOYER_TOKEN, ServerProcess, rpc, wait_for
 
 DIFF = "--- a/payments/refunds.py\n+++ b/payments/refunds.py\n@@ -40,3 +40,4 @@\n+    amount = math.floor(amount)\n"

@@ -13,8 +13,8 @@ from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from a2a_bridge import Agent
-from a2a_bridge.agent_mounts import AgentMounts
 from a2a_bridge.agents.bench import Bench
+from a2a_bridge.http.agent_mounts import AgentMounts
 from tests.support import ServerProcess, rpc, user_message
 
 

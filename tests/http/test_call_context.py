@@ -8,7 +8,7 @@ from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.utils.errors import A2AError
 from starlette.requests import Request
 
-from a2a_bridge.auth import BridgeContextBuilder, Principal
+from a2a_bridge.core.auth import BridgeContextBuilder, Principal
 
 ALICE = Principal("alice")
 

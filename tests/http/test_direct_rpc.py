@@ -1,4 +1,4 @@
-"""The direct path for SendMessage and GetTask (`a2a_bridge.direct_rpc`) against the SDK's dispatcher, over the wire:
+"""The direct path for SendMessage and GetTask (`a2a_bridge.http.direct_rpc`) against the SDK's dispatcher, over the wire:
 two bridges alike but for `direct_rpc`, the same requests to each, byte for byte the same status, headers and body,
 and the same warnings and errors logged (ids, timestamps and the server's own address normalised); the dispatcher is
 reached on the direct bridge only for what the direct path hands on."""
@@ -18,15 +18,15 @@ from a2a.utils import telemetry
 from starlette.requests import Request
 from starlette.responses import Response
 
-from a2a_bridge.app import Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.direct_rpc import DEBUG_LOGS
-from a2a_bridge.jsonrpc import BridgeJsonRpcDispatcher
-from a2a_bridge.observability import TaskPaths
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.catalog import DEPLOYER_TOKEN, served_agents
+from a2a_bridge.app import Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.http.direct_rpc import DEBUG_LOGS
+from a2a_bridge.http.jsonrpc import BridgeJsonRpcDispatcher
+from a2a_bridge.http.task_paths import TaskPaths
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, serve_in_thread, user_message
-from tests.test_agent_errors import raiser_spec
+from tests.tasks.test_agent_errors import raiser_spec
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")

@@ -11,7 +11,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from a2a_bridge.agents.catalog import DEPLOYER_TOKEN
 from tests.support import ServerProcess, rpc
-from tests.test_metrics import scrape, value
+from tests.ops.test_metrics import scrape, value
 
 VERSION = (("a2a-version", "1.0"),)
 

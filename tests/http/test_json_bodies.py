@@ -1,5 +1,5 @@
 """The direct path's JSON bodies are Starlette's `JSONResponse` bodies byte for byte, whether orjson or the standard
-library writes them (the wire comparison with the SDK's dispatcher is tests/test_direct_rpc.py)."""
+library writes them (the wire comparison with the SDK's dispatcher is tests/http/test_direct_rpc.py)."""
 
 from typing import Any
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.responses import JSONResponse
 
-from a2a_bridge.json_bodies import json_headers, plain, render
+from a2a_bridge.http.json_bodies import json_headers, plain, render
 
 SCALARS = st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text() | st.floats(
     allow_nan=False, allow_infinity=False

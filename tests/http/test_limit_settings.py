@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from a2a_bridge.cli import parser, security
-from a2a_bridge.config import Limits, load
+from a2a_bridge.cli.main import parser, security
+from a2a_bridge.core.config import Limits, load
 from tests.security_support import ALICE, message, write_config
 from tests.claim_support import DEPLOYER
 from tests.support import A2A, ServerProcess, rpc, user_message

@@ -16,7 +16,7 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 from starlette.applications import Starlette
 
-from a2a_bridge.shutdown import BoundedServer, Draining
+from a2a_bridge.http.shutdown import BoundedServer, Draining
 from tests.claim_support import FULL_SUITE, UNIT_TESTS, start, wait_state
 from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, user_message
 

@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from a2a_bridge.read_timeouts import timed
+from a2a_bridge.http.read_timeouts import timed
 from tests.support import ServerProcess
 
 HEADER_TIMEOUT, BODY_TIMEOUT = 1, 2

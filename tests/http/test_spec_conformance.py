@@ -14,10 +14,10 @@ import httpx
 import pytest
 from a2a.utils.errors import A2A_ERROR_REASONS
 
-from a2a_bridge.error_codes import SPEC_TABLE
-from a2a_bridge.kit import KIT_PORTS
-from a2a_bridge.rest_errors import spec_status
+from a2a_bridge.capture.kit import KIT_PORTS
 from a2a_bridge.capture.replay import Delivery, WebhookReceiver
+from a2a_bridge.http.error_codes import SPEC_TABLE
+from a2a_bridge.http.rest_errors import spec_status
 from tests.kit_ports import serve_on_kit_ports
 from tests.support import A2A, ServerProcess, free_port, rpc, wait_for
 

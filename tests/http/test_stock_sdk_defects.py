@@ -10,8 +10,8 @@ import pytest
 from a2a.server.agent_execution import AgentExecutor
 
 from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.stock_sdk import SECRET, AskThenAnswer, RaiseAfterWorking, card, stock_app
 from tests.support import rpc, rpc_stream, serve_in_thread, user_message
 

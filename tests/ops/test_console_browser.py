@@ -20,11 +20,11 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TaskState
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.auth import Principal
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.js_support import node as js_node
 from tests.remote_support import JsRemote
 
@@ -38,10 +38,10 @@ from tests.claim_support import (
     rollouts,
 )
 from tests.support import ServerProcess, rpc, serve_in_thread, user_message, wait_for
-from tests.test_operator_cli import DEAD_LETTERS, hooked
-from tests.test_push_outbox import Receiver, check_order_and_ids
+from tests.ops.test_operator_cli import DEAD_LETTERS, hooked
+from tests.push.test_push_outbox import Receiver, check_order_and_ids
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BROWSER_DIR = ROOT / "tests" / "browser"
 PLAYWRIGHT = BROWSER_DIR / "node_modules" / "playwright-core"
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))

@@ -11,12 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pytest
 
-from a2a_bridge.app import Bridge
-from a2a_bridge.auth import Principal
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.app import Bridge
 from a2a_bridge.capture.replay import WebhookReceiver
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.security_support import ALICE, OPS, secured_server
 from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, rpc_stream, user_message, wait_for
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from a2a_bridge.operator_cli import TOKEN_ENV
+from a2a_bridge.ops.operator_cli import TOKEN_ENV
 from tests.claim_support import (
     CRASH_PACE,
     FULL_SUITE,
@@ -32,7 +32,7 @@ from tests.claim_support import (
     wait_state,
 )
 from tests.support import DEPLOYER_TOKEN, LOOPBACK_WEBHOOKS, ServerProcess, free_port, rpc, user_message, wait_for
-from tests.test_push_outbox import Receiver
+from tests.push.test_push_outbox import Receiver
 
 DEAD_LETTERS = [*LOOPBACK_WEBHOOKS, "--webhook-retry", "0.3", "--webhook-give-up", "1"]
 """A server whose webhooks to 127.0.0.1 are retried after 0.3 s, doubling, and given up after failing for a second."""

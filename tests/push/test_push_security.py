@@ -14,13 +14,13 @@ import httpx
 import pytest
 import respx
 
-from a2a_bridge.app import Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.config import SecurityConfig, parse_network
-from a2a_bridge.push import GuardedBackend, WebhookPolicy
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.app import Bridge
 from a2a_bridge.capture.replay import WebhookReceiver
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.core.config import SecurityConfig, parse_network
+from a2a_bridge.push.webhooks import GuardedBackend, WebhookPolicy
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, wait_for
 
 PUBLIC = "93.184.215.14"
@@ -84,7 +84,7 @@ def dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
             raise socket.gaierror(socket.EAI_NONAME, "unknown host")
         return list(table[host])
 
-    monkeypatch.setattr("a2a_bridge.push.system_resolver", resolve)
+    monkeypatch.setattr("a2a_bridge.push.webhooks.system_resolver", resolve)
     yield table
 
 
@@ -194,7 +194,7 @@ async def test_a_webhook_whose_host_now_resolves_to_a_private_address_is_not_del
         lookups.append(host)
         return [PUBLIC] if len(lookups) == 1 else ["10.0.0.9"]
 
-    monkeypatch.setattr("a2a_bridge.push.system_resolver", rebinding)
+    monkeypatch.setattr("a2a_bridge.push.webhooks.system_resolver", rebinding)
     async with in_process() as (bridge, client):
         with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
             anywhere = mock.route().mock(return_value=httpx.Response(200))
@@ -325,7 +325,7 @@ async def test_a_push_config_for_a_task_the_caller_cannot_see_resolves_no_name(m
         looked_up.append(host)
         raise socket.gaierror(socket.EAI_NONAME, "unknown host")
 
-    monkeypatch.setattr("a2a_bridge.push.system_resolver", resolve)
+    monkeypatch.setattr("a2a_bridge.push.webhooks.system_resolver", resolve)
     async with in_process() as (_, client):
         url = "https://attacker-chosen.example/hook"
         created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": str(uuid.uuid4()), "url": url})

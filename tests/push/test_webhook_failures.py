@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from a2a.types import TaskPushNotificationConfig
 
-from a2a_bridge.push import FIRST_REPEAT, FailureLog
 from a2a_bridge.capture.replay import WebhookReceiver
+from a2a_bridge.push.webhooks import FIRST_REPEAT, FailureLog
 from tests.claim_support import UNIT_TESTS
 from tests.support import LOOPBACK_WEBHOOKS, ServerProcess, rpc, user_message, wait_for
 
@@ -68,7 +68,7 @@ def test_a_webhook_that_keeps_failing_is_logged_again_with_a_doubling_interval(c
     now = [0.0]
     failures = FailureLog(clock=lambda: now[0])
     config = TaskPushNotificationConfig(id="hook-0", url="http://127.0.0.1:9/secret-path?token=s3cret")
-    caplog.set_level(logging.INFO, logger="a2a_bridge.push")
+    caplog.set_level(logging.INFO, logger="a2a_bridge.push.webhooks")
     lines_at: list[float] = []
     while now[0] < 1000:
         before = len(caplog.records)

@@ -19,11 +19,11 @@ import pytest
 from a2a.types import AgentCard
 from google.protobuf.json_format import ParseDict
 
-from a2a_bridge.config import ConfigError
-from a2a_bridge.remote import REMOTE_EXTENSION, forwarded_id
-from a2a_bridge.remote_config import file_remotes, front_card, pinned, remote_arg
-from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.agents import test_runner
+from a2a_bridge.core.config import ConfigError
+from a2a_bridge.core.task_status import WHO_MUST_ACT
+from a2a_bridge.remote.agent import REMOTE_EXTENSION, forwarded_id
+from a2a_bridge.remote.config import file_remotes, front_card, pinned, remote_arg
 from tests.claim_support import (
     FULL_SUITE,
     OPERATOR,

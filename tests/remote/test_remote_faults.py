@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from a2a_bridge.remote_faults import FIRST_BACKOFF, MAX_ATTEMPTS, Patience, Problem, RemoteFailure
+from a2a_bridge.remote.faults import FIRST_BACKOFF, MAX_ATTEMPTS, Patience, Problem, RemoteFailure
 
 DROPPED = Problem("the connection dropped", transient=True, network=True)
 REFUSED = Problem("it answered HTTP 404", transient=False)

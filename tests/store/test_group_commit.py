@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from sqlalchemy import event, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from a2a_bridge.auth import owner_context
-from a2a_bridge.group_commit import GroupCommit
-from a2a_bridge.ledger_tables import task_row
-from a2a_bridge.sql_ledger import SqlLedger
-from a2a_bridge.store import LARGE_BINDING, StoreConfig, Stores
-from tests.test_ledger_contract import record, task
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.store.group_commit import GroupCommit
+from a2a_bridge.store.ledger_tables import task_row
+from a2a_bridge.store.sql_ledger import SqlLedger
+from a2a_bridge.store.stores import LARGE_BINDING, StoreConfig, Stores
+from tests.store.test_ledger_contract import record, task
 from tests.support import A2A, ServerProcess, rpc, user_message
-from tests.test_proto_json import tasks
+from tests.store.test_proto_json import tasks
 
 STORE = DatabaseTaskStore(create_async_engine("sqlite+aiosqlite://"))
 """Only its mapping `_to_orm` is used: nothing connects."""
@@ -240,8 +240,8 @@ def test_the_bytes_a_batch_binds_are_counted_as_each_value_counts() -> None:
     from sqlalchemy import insert
     from sqlalchemy.dialects import sqlite
 
-    from a2a_bridge.ledger_batch import Compiled
-    from a2a_bridge.ledger_tables import claim_events_table, messages_table
+    from a2a_bridge.store.ledger_batch import Compiled
+    from a2a_bridge.store.ledger_tables import claim_events_table, messages_table
 
     def counted(compiled: Compiled, bound: list[list[Any]]) -> int:
         return sum(len(values[index]) for values in bound for index in compiled._sized
@@ -271,7 +271,7 @@ def test_datetimes_are_bound_in_sqlites_own_storage_text() -> None:
 
     from sqlalchemy.dialects import sqlite
 
-    from a2a_bridge.ledger_batch import datetime_text
+    from a2a_bridge.store.ledger_batch import datetime_text
 
     dialect = sqlite.dialect()
     impl = sqlite.DATETIME()

@@ -18,10 +18,10 @@ import pytest
 from a2a.server.context import ServerCallContext
 from a2a.types import Task, TaskState, TaskStatus
 
-from a2a_bridge.auth import owner_context
-from a2a_bridge.claims import Claim
-from a2a_bridge.ledger import ClaimEvent, Delivery, Fenced, Ledger, SentMessage, TaskExists, TaskQuery, TaskRecord
-from a2a_bridge.store import StoreConfig, Stores
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.core.claims import Claim
+from a2a_bridge.store.ledger import ClaimEvent, Delivery, Fenced, Ledger, SentMessage, TaskExists, TaskQuery, TaskRecord
+from a2a_bridge.store.stores import StoreConfig, Stores
 
 OWNER = "alice"
 

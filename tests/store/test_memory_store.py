@@ -17,10 +17,10 @@ from a2a.types import ListTasksRequest, Task, TaskState, TaskStatus
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from a2a_bridge.agents import bench
-from a2a_bridge.auth import owner_context
-from a2a_bridge.memory_task_store import MemoryTaskStore
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.store.memory_task_store import MemoryTaskStore
 from tests.support import A2A, rpc, serve_in_thread, user_message
-from tests.test_stored_reads import ALICE, BOB, bench_bridge, every_page, list_rest, list_rpc, send, timestamp
+from tests.store.test_stored_reads import ALICE, BOB, bench_bridge, every_page, list_rest, list_rpc, send, timestamp
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2a_bridge.json_bodies import plain
-from a2a_bridge.proto_json import from_dict, timestamp_text, to_dict, to_plain_dict
+from a2a_bridge.http.json_bodies import plain
+from a2a_bridge.store.proto_json import from_dict, timestamp_text, to_dict, to_plain_dict
 
 text = st.text(max_size=12)
 json_values: st.SearchStrategy[Any] = st.recursive(

@@ -21,7 +21,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from a2a_bridge import storable
+from a2a_bridge.store import storable
 from tests.support import A2A, ServerProcess, wait_for
 
 EXAMPLES = int(os.environ.get("A2A_BRIDGE_STORABLE_EXAMPLES", "60"))

@@ -29,10 +29,10 @@ from asyncpg import exceptions as pg_errors
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from a2a_bridge.grpc_binding import status_code
-from a2a_bridge.jsonrpc import sanitized
-from a2a_bridge.rest_errors import cleaned, spec_status
-from a2a_bridge.store_faults import StoreUnavailable, transient
+from a2a_bridge.http.grpc_binding import status_code
+from a2a_bridge.http.jsonrpc import sanitized
+from a2a_bridge.http.rest_errors import cleaned, spec_status
+from a2a_bridge.store.store_faults import StoreUnavailable, transient
 from tests.claim_support import FULL_SUITE, UNIT_TESTS
 from tests.support import A2A, ServerProcess, free_port, user_message, wait_for
 
@@ -350,5 +350,5 @@ def test_a_database_restart_is_answered_store_unavailable_and_logged_once(cluste
     assert "Traceback" not in text, text
     assert "Task exception was never retrieved" not in text, text
     assert "Internal error'" not in text, text
-    outage = [line for line in text.splitlines() if "a2a_bridge.store_faults" in line]
+    outage = [line for line in text.splitlines() if "a2a_bridge.store.store_faults" in line]
     assert len(outage) <= OUTAGE_LINES, outage

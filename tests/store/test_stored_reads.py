@@ -16,16 +16,16 @@ import httpx
 import pytest
 from a2a.types import Task, TaskState, TaskStatus
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.auth import Principal
-from a2a_bridge.claims import Claim
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.ledger import TaskRecord
-from a2a_bridge.proto_json import to_dict
-from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.stored_tasks import StoredTasks
-from a2a_bridge.task_host import TaskHost
 from a2a_bridge.agents import bench
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.claims import Claim
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.ledger import TaskRecord
+from a2a_bridge.store.proto_json import to_dict
+from a2a_bridge.store.stored_tasks import StoredTasks
+from a2a_bridge.store.stores import StoreConfig, Stores
+from a2a_bridge.tasks.task_host import TaskHost
 from bench.populate import clone_tasks
 from tests.support import A2A, rpc, serve_in_thread, user_message, wait_for
 

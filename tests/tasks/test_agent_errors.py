@@ -15,10 +15,10 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, TaskState
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests import user_agents
 from tests.support import A2A, CONSOLE_SCRIPT, ServerProcess, rpc, rpc_stream, serve_in_thread, user_message, wait_for
 
@@ -138,7 +138,7 @@ def test_return_immediately_then_get_task_shows_failed(bridge_url: str) -> None:
     assert_failed_with_status_message(base, task_id)
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def raising_frames() -> list[str]:
@@ -168,7 +168,7 @@ def test_the_log_shows_the_agents_own_frames_in_every_turn(tmp_path: Path) -> No
     finally:
         server.stop()
     text = log.read_text()
-    records = text.split(" ERROR a2a_bridge.turn_execution ")[1:]
+    records = text.split(" ERROR a2a_bridge.tasks.turn_execution ")[1:]
     assert [failed in record for record in records] == [True, False], text
     assert [asked["id"] in record for record in records] == [False, True], text
     for record in records:

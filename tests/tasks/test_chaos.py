@@ -11,7 +11,7 @@ import pytest
 
 from chaos.cluster import faketime_library, pg_bin
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = os.environ.get("A2A_BRIDGE_CHAOS_SEED", "29")
 ARGS = ["--duration", "75", "--clients", "8", "--quiet", "45", "--seed", SEED]
 TIMEOUT = 300

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from a2a_bridge.delegation import ON_BEHALF_OF, PARENT_FIELD
+from a2a_bridge.tasks.delegation import ON_BEHALF_OF, PARENT_FIELD
 from tests.security_support import (
     ALICE,
     BOB,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from a2a_bridge import eager
+from a2a_bridge.tasks import eager
 
 
 def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:

@@ -378,7 +378,7 @@ def corrupt(database: str, task_id: str, generation: int, events: list[tuple[int
         query(
             database,
             "INSERT INTO bridge_claim_events (task_id, claim_generation, operation, state, evidence, at)"
-            " VALUES ($1, $2, $3, $4, '{\"by\": \"tests/test_fencing.py\"}', now())",
+            " VALUES ($1, $2, $3, $4, '{\"by\": \"tests/tasks/test_fencing.py\"}', now())",
             task_id, event_generation, operation, state,
         )
 

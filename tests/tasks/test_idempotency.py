@@ -20,13 +20,13 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Message, Part, Role, TaskState
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.auth import Principal
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.live_tasks import Listener
-from a2a_bridge.task_host import TaskHost
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.auth import Principal
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
+from a2a_bridge.tasks.live_tasks import Listener
+from a2a_bridge.tasks.task_host import TaskHost
 from tests.claim_support import (
     DEPLOYER,
     FULL_SUITE,

@@ -12,10 +12,10 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Message, Part, Role, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import UnsupportedOperationError
 
-from a2a_bridge.app import Bridge
-from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.host_env import HostSettings
 from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.app import Bridge
+from a2a_bridge.store.stores import StoreConfig, Stores
+from a2a_bridge.tasks.host_env import HostSettings
 
 LIFESPAN = timedelta(seconds=30)
 DIFF = "--- a/app.py\n+++ b/app.py\n@@ -1,1 +1,2 @@\n+print('hi')\n"

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from a2a_bridge.mailbox import Mailbox
+from a2a_bridge.tasks.mailbox import Mailbox
 
 
 def test_items_come_out_in_order_and_a_reader_waits_for_the_next() -> None:

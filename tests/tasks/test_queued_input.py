@@ -18,13 +18,13 @@ from a2a.server.events.event_queue import EventQueue
 from a2a.types import Part
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import user_texts
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.stock_sdk import card, open_task, stock_app
 from tests.support import A2A, serve_in_thread, user_message, wait_for
-from tests.test_stock_sdk_defects import StockDefect, expect, servers
+from tests.http.test_stock_sdk_defects import StockDefect, expect, servers
 
 DEFECT_1 = (
     "a2a-sdk 1.3 defect 1: input sent to a busy task is answered with another turn's result, runs after the task "

@@ -17,11 +17,11 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, TaskState
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
-from a2a_bridge.task_status import WHO_MUST_ACT
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.core.task_status import WHO_MUST_ACT
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.claim_support import (
     FULL_SUITE,
     RECONCILE_TEXT,

@@ -24,16 +24,16 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TaskState
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.ledger_tables import SESSION_LOCKS
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.ledger_tables import SESSION_LOCKS
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.claim_support import FULL_SUITE
 from tests.support import A2A, ServerProcess, rpc, serve_in_thread, user_message, wait_for
 from tests.user_agents import RUNS, runs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAIRS = 60
 CHUNKS = 8
 PAUSE = 0.05

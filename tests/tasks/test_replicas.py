@@ -20,10 +20,10 @@ from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TaskState
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.stock_sdk import card as stock_card
 from tests.stock_sdk import open_task
 from tests.support import rpc, rpc_stream, serve_in_thread, user_message, wait_for

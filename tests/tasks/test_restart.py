@@ -72,7 +72,7 @@ def test_input_required_task_is_answered_after_a_restart(bridge: ServerProcess) 
 
 
 def test_follow_up_without_context_id_after_a_restart_keeps_the_context(bridge: ServerProcess) -> None:
-    """SDK defect 2: the stock server answers -32602 here and fails the task (tests/test_stock_sdk_defects.py)."""
+    """SDK defect 2: the stock server answers -32602 here and fails the task (tests/http/test_stock_sdk_defects.py)."""
     task = ask_for_base(bridge)
     restart(bridge)
     done = answer(bridge, task, with_context_id=False)

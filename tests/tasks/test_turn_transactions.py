@@ -19,13 +19,13 @@ from a2a.server.tasks import TaskStore
 from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Task, TaskState
 from sqlalchemy.exc import OperationalError
 
-from a2a_bridge.app import AgentSpec, Bridge
-from a2a_bridge.claims import Claim
-from a2a_bridge.clock import SystemClock
-from a2a_bridge.host_env import HostSettings
-from a2a_bridge.ledger import ClaimEvent, Ledger, MemoryLedger, SentMessage, TaskRecord, unpacked
-from a2a_bridge.store import StoreConfig, Stores
 from a2a_bridge.agents.base import Emitter
+from a2a_bridge.app import AgentSpec, Bridge
+from a2a_bridge.core.claims import Claim
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.ledger import ClaimEvent, Ledger, MemoryLedger, SentMessage, TaskRecord, unpacked
+from a2a_bridge.store.stores import StoreConfig, Stores
+from a2a_bridge.tasks.host_env import HostSettings
 from tests.support import rpc, serve_in_thread, user_message, wait_for
 
 UNSTORABLE = "cannot-be-stored"
