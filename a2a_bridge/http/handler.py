@@ -34,11 +34,11 @@ from a2a.types import (
 )
 from a2a.types.a2a_pb2 import ROLE_USER
 from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsError
-from a2a.utils.task import apply_history_length
 
 from a2a_bridge.core import errors
 from a2a_bridge.core.auth import RESPONSIBLE_USER
 from a2a_bridge.core.config import Limits
+from a2a_bridge.core.history_length import with_history_length
 from a2a_bridge.core.states import is_terminal
 from a2a_bridge.push.webhooks import WebhookPolicy
 from a2a_bridge.store.store_faults import READ_ATTEMPTS, as_request
@@ -169,11 +169,13 @@ class BridgeRequestHandler(RequestHandler):
 
     def _history(self, task: Task, params: HistoryParams | None) -> Task:
         """The task with the history asked for, and never more than the history limit."""
+        return with_history_length(task, self._history_length(params))
+
+    def _history_length(self, params: HistoryParams | None) -> int:
+        """The most messages of history a reply holds: those asked for, and never more than the history limit."""
         wanted = params.history_length if params is not None and params.HasField("history_length") else None
         cap = self.limits.max_history
-        if wanted is None and len(task.history) <= cap:
-            return task
-        return apply_history_length(task, GetTaskRequest(history_length=cap if wanted is None else min(wanted, cap)))
+        return cap if wanted is None else min(wanted, cap)
 
     async def _check_webhook(self, config: TaskPushNotificationConfig, prefix: str) -> None:
         """A webhook config the bridge will deliver to: an allowed URL, and authentication and token that fit in
@@ -216,7 +218,8 @@ class BridgeRequestHandler(RequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         await self._checked(params, context)
         immediate = params.configuration.return_immediately
-        listener = Listener(snapshots=True, settled_only=not immediate)
+        history = self._history_length(params.configuration)
+        listener = Listener(snapshots=True, settled_only=not immediate, history=history if history >= 0 else None)
         task_id = await self.send(params, context, listener)
         try:
             while True:

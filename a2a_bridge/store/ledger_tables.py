@@ -2,6 +2,7 @@
 
 import functools
 import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -207,9 +208,11 @@ def event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:
     return [event.row() for event in events]
 
 
-def task_row(task: Task, owner: str) -> dict[str, Any]:
+def task_row(task: Task, owner: str, array: Callable[[Iterator[dict[str, Any]]], Any] = list) -> dict[str, Any]:
     """The row of the SDK's task table for a task, column for column as the SDK's `DatabaseTaskStore._to_orm` maps it
-    (tests/store/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`."""
+    (tests/store/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`; `array`
+    makes the artifacts' and the history's column of their dicts as they come (on SQLite, `column_json.json_array`:
+    their text, so that a large task is never held as dicts and as text at once)."""
     return {
         "id": task.id,
         "context_id": task.context_id,
@@ -217,8 +220,8 @@ def task_row(task: Task, owner: str) -> dict[str, Any]:
         "owner": owner,
         "last_updated": task.status.timestamp.ToDatetime() if task.status.HasField("timestamp") else None,
         "status": to_dict(task.status),
-        "artifacts": [to_dict(artifact) for artifact in task.artifacts],
-        "history": [to_dict(message) for message in task.history],
+        "artifacts": array(to_dict(artifact) for artifact in task.artifacts),
+        "history": array(to_dict(message) for message in task.history),
         "protocol_version": "1.0",
         "metadata": to_dict(task.metadata) if task.metadata.fields else None,
     }

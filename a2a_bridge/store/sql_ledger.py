@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
+from a2a_bridge.store.column_json import json_array
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import (
     HELD,
@@ -237,7 +238,7 @@ class SqlLedger(SqlDeliveries):
             await store.save(task, context)
             await self._submit("save", Save(None, None, row_values(record), event_rows(events), new, rows))
             return
-        row = task_row(task, store.owner_resolver(context))
+        row = task_row(task, store.owner_resolver(context), json_array if self._sqlite is not None else list)
         write = Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows)
         await self._submit("save", write)
 

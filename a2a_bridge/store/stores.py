@@ -2,7 +2,6 @@
 
 import asyncio
 import functools
-import json
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,14 +24,13 @@ from a2a.server.tasks import (
 from a2a.types import Task
 from pathlib import Path
 
-import orjson
-
 from sqlalchemy import event, make_url, text
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
+from a2a_bridge.store.column_json import column_json
 from a2a_bridge.store.ledger import Ledger, MemoryLedger
 from a2a_bridge.store.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
 from a2a_bridge.store.memory_task_store import MemoryTaskStore
@@ -40,25 +38,6 @@ from a2a_bridge.store.proto_json import from_dict
 from a2a_bridge.store.sql_ledger import SqlLedger
 from a2a_bridge.store.sql_task_store import SqlTaskStore
 from a2a_bridge.store.store_faults import StoreHealth
-
-
-ORJSON_NATIVE_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
-"""orjson refuses what the standard library would write differently or refuse (subclasses, datetimes, dataclasses)."""
-
-
-def column_json(value: Any) -> str:
-    """A SQLite JSON column's text: orjson's (compact, UTF-8) where it holds the value `json.dumps` holds, else
-    `json.dumps`'s (SQLAlchemy's default). orjson writes a non-finite number as null and refuses what it does not
-    write natively (integers beyond 64 bits, non-string keys, lone surrogates); output with a null, and what it
-    refuses, are written by the standard library, so every value reads back as before. (`find`, not `in`: a bytes
-    `in` first tries its operand as an integer, and raises and clears a TypeError for any other.)"""
-    if value is None:
-        return "null"
-    try:
-        text = orjson.dumps(value, option=ORJSON_NATIVE_ONLY)
-    except orjson.JSONEncodeError:
-        return json.dumps(value)
-    return json.dumps(value) if text.find(b"null") != -1 else text.decode()
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from a2a.utils.errors import A2AError
 from a2a_bridge.core import errors
 from a2a_bridge.core.auth import is_operator, may_see, owner_context
 from a2a_bridge.core.clock import Clock
+from a2a_bridge.core.history_length import copy_with_history
 from a2a_bridge.core.states import is_interrupted, is_terminal, state_name
 from a2a_bridge.core.task_events import Event
 from a2a_bridge.core.task_status import ANONYMOUS
@@ -66,6 +67,9 @@ class Listener:
     settled_only: bool = False
     """A blocking call that returns once its turn settles: it is handed no event and no unsettled snapshot of the turn,
     only a message, a settled snapshot and the turn's end (and what refuses or fails it)."""
+    history: int | None = None
+    """The most messages of history the listener's caller is answered with: the snapshots it is handed hold no more
+    (None: all)."""
 
     def wants(self, turn: int | None) -> bool:
         return turn is None or self.turn is None or self.turn == turn
@@ -109,10 +113,18 @@ class LiveTask:
 
     bytes: int | None = None
     """The task's size as stored (protobuf bytes), counted once and then grown by each event folded in."""
+    shared: bool = False
+    """`task` is also the copy a save holds or has stored (`durable`): it is changed only once copied (`own`)."""
 
     @property
     def owner(self) -> ServerCallContext:
         return owner_context(self.record.owner)
+
+    def own(self) -> Task:
+        """The task, to change: copied first where a save holds it, so that what is stored never changes under it."""
+        if self.shared:
+            self.task, self.shared = snapshot(self.task), False
+        return self.task
 
     def size(self) -> int:
         if self.bytes is None:
@@ -149,7 +161,8 @@ class TaskTable:
             task = await self.store.get(task_id, owner_context(record.owner)) if record and allowed else None
             if task is None or record is None:
                 raise errors.task_not_found(task_id)
-            live = self.live.setdefault(task_id, LiveTask(task=task, record=record, durable=(snapshot(task), record.copy())))
+            loaded = LiveTask(task=task, record=record, durable=(task, record.copy()), shared=True)
+            live = self.live.setdefault(task_id, loaded)
         elif not may_use(live.record, context, operators):
             raise errors.task_not_found(task_id)
         live.users += 1
@@ -211,7 +224,11 @@ def last_user_message(task: Task) -> Message | None:
     return None
 
 
-def snapshot(task: Task) -> Task:
+def snapshot(task: Task, history: int | None = None) -> Task:
+    """A copy of the task, with no more than `history` messages of its history (None: all of it): a caller answered
+    with part of a large task's history is handed no copy of the rest."""
+    if history is not None and 0 <= history < len(task.history):
+        return copy_with_history(task, history)
     copy = Task()
     copy.CopyFrom(task)
     return copy

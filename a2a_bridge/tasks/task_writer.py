@@ -193,10 +193,11 @@ class TaskWriter:
         """Store the task and its record with the revision moved once per change it holds (`items`, when given, are
         those changes: on a shared database each event among them goes to the event log under the revision it
         produced); a canceled turn does not interrupt the write. The task is stored as it is at this call, which holds
-        exactly those changes (anything folded later belongs to a later revision). Returns the revision before the
+        exactly those changes (anything folded later belongs to a later revision, into a copy: `LiveTask.own`). Returns the revision before the
         save. If the store refuses it, the record is as before and the claim events wait for the next write:
         StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
-        write = self._write(live, changes, items, snapshot(live.task))
+        live.shared = True
+        write = self._write(live, changes, items, live.task)
         if self.env.ledger.writes_at_once:
             return await eager.shielded(write)
         return await eager.shield(write)
@@ -307,12 +308,23 @@ class TaskWriter:
         a `revision` is skipped by a listener whose snapshot already holds that revision."""
         rest = isinstance(item, TaskStatusUpdateEvent) and settled(item.status.state)
         everyone = turn == CANCEL_TURN
+        copies: dict[int | None, Task] = {}
         for listener in live.listeners:
             if (everyone or listener.wants(turn)) and (revision is None or revision > listener.after):
                 if rest and listener.snapshots:
-                    listener.queue.put_nowait(snapshot(live.task))
+                    copy = copies.get(listener.history)
+                    if copy is None:
+                        copy = copies[listener.history] = snapshot(live.task, listener.history)
+                    listener.queue.put_nowait(copy)
                 elif listener.takes(item):
                     listener.queue.put_nowait(item)
+
+    def publish_snapshot(self, live: LiveTask, turn: int, revision: int) -> None:
+        """`publish` a snapshot of the task, copied only where a listener takes it (a blocking call takes none of an
+        unsettled task: a large task was copied for no one)."""
+        takers = (listener.wants(turn) and revision > listener.after and listener.takes(live.task) for listener in live.listeners)
+        if any(takers):
+            self.publish(live, turn, snapshot(live.task), revision)
 
     @staticmethod
     def _claim_ops(live: LiveTask, event: Event) -> tuple[str, ...]:
@@ -362,7 +374,7 @@ class TaskWriter:
             if turn not in (None, CANCEL_TURN) and refused.reason in LOST_CLAIM:
                 await self.kept.fenced(live)
             return False
-        apply_event(live.task, event, self.env.clock.now())
+        apply_event(live.own(), event, self.env.clock.now())
         live.bytes = live.size() + grows
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
@@ -446,8 +458,10 @@ class TaskWriter:
 
     def end_turn(self, live: LiveTask, turn: int) -> None:
         """Tell the turn's listeners it is over; streams still open across AUTH_REQUIRED follow the task on."""
-        if any(listener.wants(turn) for listener in live.listeners):
-            self.publish(live, turn, TurnEnded(snapshot(live.task)))
+        lengths = [listener.history for listener in live.listeners if listener.wants(turn)]
+        if lengths:
+            history = None if None in lengths else max(length for length in lengths if length is not None)
+            self.publish(live, turn, TurnEnded(snapshot(live.task, history)))
         live.listeners = [
             listener
             for listener in live.listeners

@@ -216,7 +216,7 @@ class TurnRunner:
                     return
                 try:
                     await self._register_push(live.task.id, request, context, live.record.revision)
-                    add_user_input(live.task, request.message, self.env.clock.now())
+                    add_user_input(live.own(), request.message, self.env.clock.now())
                     live.bytes = None
                     before = await self.writer.save(live)
                 except Exception as error:
@@ -224,7 +224,7 @@ class TurnRunner:
                     return
                 listener.turn = turn
                 live.listeners.append(listener)
-                self.writer.publish(live, turn, snapshot(live.task), before + 1)
+                self.writer.publish_snapshot(live, turn, before + 1)
                 await self.execution.run(TurnQueue(self.writer, turn, live=live), self._context(context, request, live, None))
                 await self.execution.finish_turn(live, turn)
         finally:

@@ -1,0 +1,44 @@
+"""The text of SQLite's JSON columns: orjson's where it writes what `json.dumps` would, and a large array written one
+item at a time, so that a task's history is never held as dicts and as text at once."""
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+ORJSON_NATIVE_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""orjson refuses what the standard library would write differently or refuse (subclasses, datetimes, dataclasses)."""
+
+
+class JsonText:
+    """A JSON column's value already written as its text: `column_json` binds the text as it is."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def column_json(value: Any) -> str:
+    """A SQLite JSON column's text: orjson's (compact, UTF-8) where it holds the value `json.dumps` holds, else
+    `json.dumps`'s (SQLAlchemy's default). orjson writes a non-finite number as null and refuses what it does not
+    write natively (integers beyond 64 bits, non-string keys, lone surrogates); output with a null, and what it
+    refuses, are written by the standard library, so every value reads back as before. (`find`, not `in`: a bytes
+    `in` first tries its operand as an integer, and raises and clears a TypeError for any other.) A `JsonText` is its
+    own text."""
+    if value is None:
+        return "null"
+    if isinstance(value, JsonText):
+        return value.text
+    try:
+        text = orjson.dumps(value, option=ORJSON_NATIVE_ONLY)
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
+    return json.dumps(value) if text.find(b"null") != -1 else text.decode()
+
+
+def json_array(items: Iterable[Any]) -> JsonText:
+    """The text of a JSON array of the items, each written by `column_json` as it comes: a large item (a message of
+    a task's history) is held as a dict only while it is written, and the whole array never as dicts."""
+    return JsonText("[" + ",".join(column_json(item) for item in items) + "]")
