@@ -1,7 +1,7 @@
 """What a principal's tasks hold in the store (issue 31 item 3): each record keeps its task's stored bytes, written
 with the record (saves, record-only writes and compare-and-set alike, and nothing by a fenced write), summed by owner
 on every store; a database made before the column gains it and its index at start; `StoredBytes` reads the sum once
-per refresh and counts what was admitted since."""
+per refresh (longer where the sum takes long) and counts what was admitted since."""
 
 import asyncio
 import sqlite3
@@ -80,19 +80,24 @@ def test_a_database_made_before_the_column_gains_it_and_its_index(tmp_path: Path
 
 
 class CountingLedger(MemoryLedger):
-    def __init__(self) -> None:
+    """A ledger whose sum is set by the test, counting its reads; each read takes `takes` seconds of `clock`."""
+
+    def __init__(self, clock: list[float]) -> None:
         super().__init__()
+        self.clock = clock
         self.reads = 0
         self.stored = 0
+        self.takes = 0.0
 
     async def stored_bytes(self, owner: str) -> int:
         self.reads += 1
+        self.clock[0] += self.takes
         return self.stored
 
 
 async def cached() -> None:
-    ledger = CountingLedger()
     now = [100.0]
+    ledger = CountingLedger(now)
     stored = StoredBytes(ledger, refresh=1.0, now=lambda: now[0])
     ledger.stored = 1000
     assert await stored.total("alice") == 1000
@@ -105,6 +110,15 @@ async def cached() -> None:
     assert ledger.reads == 2
     await stored.total("bob")
     assert ledger.reads == 3, "each principal has its own sum"
+    ledger.takes = 0.5
+    now[0] += 1.0
+    await stored.total("alice")
+    now[0] += 5.0
+    await stored.total("alice")
+    assert ledger.reads == 4, "a sum that took 0.5 s is used for 10 s"
+    now[0] += 5.0
+    await stored.total("alice")
+    assert ledger.reads == 5
 
 
 def test_stored_bytes_are_read_once_per_refresh_with_what_was_admitted_since() -> None:
