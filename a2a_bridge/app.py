@@ -49,6 +49,7 @@ from a2a_bridge.ops.console_app import Console
 from a2a_bridge.ops.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
 from a2a_bridge.push.outbox import Outbox
 from a2a_bridge.push.webhooks import WebhookPolicy, WebhookPoster, webhook_client
+from a2a_bridge.store.stored_bytes import StoredBytes
 from a2a_bridge.store.stores import Stores
 from a2a_bridge.tasks.host_env import HostSettings
 from a2a_bridge.tasks.sessions import SessionKeeper
@@ -107,7 +108,8 @@ class ServedAgent:
     tokens: dict[str, Principal] = field(default_factory=dict)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     slots: StreamSlots = field(default_factory=lambda: StreamSlots(SecurityConfig().limits.max_streams))
-    """Streams open per principal, shared with the bridge's other agents."""
+    """What each principal holds and does (streams, long polls, tasks a minute, stored bytes), shared with the
+    bridge's other agents."""
     direct_rpc: bool = True
     """Whether `SendMessage` and `GetTask` over JSON-RPC take the direct path (`a2a_bridge.http.direct_rpc`)."""
     started: Callable[[], datetime | None] = lambda: None
@@ -217,7 +219,7 @@ class Bridge:
         """The clock of every host: on a shared database the database's (`StoreClock`), which replicas read leases on."""
         self.security = security or SecurityConfig()
         self.principals = {**self.security.principals, **(principals or {})}
-        self.slots = StreamSlots(self.security.limits.max_streams)
+        self.slots = StreamSlots(self.security.limits.max_streams, StoredBytes(self.ledger))
         self.started_at: datetime | None = None
         """When start-up began, the cards' Last-Modified (None before)."""
         configured = WebhookPolicy(self.security.webhook_networks)

@@ -30,6 +30,8 @@ STREAMING_TIMEOUT = "1.0"
 """The TCK's `TCK_STREAMING_TIMEOUT` for the server and the TCK alike: half the default, the delayed cases run
 faster and still leave the TCK time to subscribe."""
 START_TIMEOUT = 30.0
+TASKS_PER_MINUTE = 1_000_000
+"""The server's `max_tasks_per_minute`: the TCK is one anonymous principal starting tasks as fast as it runs."""
 STAMPED = ("PROVENANCE.md", "pyproject.toml", "uv.lock")
 """The TCK files whose content decides whether the copy and its virtualenv are reused."""
 
@@ -99,6 +101,7 @@ def serving(log: Path) -> Iterator[str]:
     port = free_port()
     command = [sys.executable, "-m", "a2a_bridge", "serve", "--store", "memory", "--port", str(port)]
     command += ["--grpc-port", "0"]
+    command += ["--limit", f"max_tasks_per_minute={TASKS_PER_MINUTE}"]
     command += [arg for name in VARIANTS for arg in ("--agent", name)]
     env = {**os.environ, "TCK_STREAMING_TIMEOUT": STREAMING_TIMEOUT}
     base = f"http://127.0.0.1:{port}"

@@ -55,12 +55,14 @@ class Limits:
     max_waits: int = 32
     """Long polls (`GET /{agent}/tasks/{id}/status?wait=S`) one principal holds open at once, across agents (HTTP
     429 past it)."""
-    max_tasks_per_minute: int = 6000
+    max_tasks_per_minute: int = 600
     """Messages that may start a task (SendMessage or SendStreamingMessage without a taskId) one principal sends in
-    any 60 seconds, across agents (HTTP 429, JSON-RPC -32600 naming the limit, past it)."""
+    any 60 seconds, across agents and bindings, counted per process (HTTP 429, JSON-RPC -32600 naming the limit,
+    gRPC RESOURCE_EXHAUSTED, past it)."""
     max_stored_bytes: int = 1_073_741_824
-    """Bytes of messages one principal sends for the stores to keep (request bodies of SendMessage and
-    SendStreamingMessage), across agents, since the server started (HTTP 429, JSON-RPC -32600 past it)."""
+    """Bytes one principal's tasks hold in the store (each task's size as last stored, summed over the store every
+    replica shares), across agents: a message whose bytes would take it past is refused (HTTP 429, JSON-RPC -32600,
+    gRPC RESOURCE_EXHAUSTED)."""
     max_message_bytes: int = 1_048_576
     """Bytes of one message sent to an agent, its protobuf encoding (-32602 on message, HTTP+JSON 400)."""
     max_task_bytes: int = 16_777_216

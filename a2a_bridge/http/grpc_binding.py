@@ -1,8 +1,9 @@
 """The gRPC binding: each agent on a port of its own, served by the SDK's `GrpcHandler` over the same
 `BridgeRequestHandler` as the JSON bindings, with the same callers (bearer tokens in the `authorization` metadata,
 UNAUTHENTICATED where the agent needs one), `A2A-Version` check, required extensions, limits (message size, what the
-stores can hold as `a2a_bridge.store.storable` checks it for JSON bodies, streams per principal) and the gRPC status codes
-of the specification's table."""
+stores can hold as `a2a_bridge.store.storable` checks it for JSON bodies; per principal the streams open, the tasks
+started a minute and the bytes stored, as `limits.StreamSlots` counts them for every binding) and the gRPC status
+codes of the specification's table."""
 
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable
@@ -14,7 +15,7 @@ import grpc.aio
 from a2a.auth.user import UnauthenticatedUser
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.grpc_handler import GrpcHandler, GrpcServerCallContextBuilder
-from a2a.types import a2a_pb2_grpc
+from a2a.types import SendMessageRequest, a2a_pb2_grpc
 from a2a.utils.errors import A2A_ERROR_REASONS, A2AError, InternalError, InvalidParamsError
 from a2a.utils.grpc_status import status_to_grpc
 from a2a.utils.proto_utils import validation_errors_to_bad_request
@@ -124,15 +125,29 @@ class BridgeGrpcHandler(GrpcHandler):
         builder: BridgeGrpcContextBuilder,
         needs_token: bool,
         slots: StreamSlots,
+        limits: Limits,
     ) -> None:
         super().__init__(request_handler, builder)
         self.builder = builder
         self.needs_token = needs_token
         self.slots = slots
+        self.limits = limits
+
+    def who(self, context: grpc.aio.ServicerContext) -> str:
+        """The principal of a call ('' for the anonymous principal), as `ServedAgent.principal_name` names it."""
+        principal = self.builder.principal(context)
+        return principal.name if principal is not None else ""
+
+    async def exhausted(self, context: grpc.aio.ServicerContext, message: str, limit: str) -> None:
+        """RESOURCE_EXHAUSTED naming the limit and its value, as HTTP's 429 does."""
+        maximum = getattr(self.limits, limit)
+        log.warning("refused a gRPC call past %s (%s)", limit, maximum)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{message} ({limit} = {maximum})")
 
     async def _admit(self, request: message.Message, context: grpc.aio.ServicerContext) -> None:
         """UNAUTHENTICATED without a known token where the agent needs one; INVALID_ARGUMENT naming the first value
-        the stores cannot hold (U+0000, a number that is not finite, nesting past the limit)."""
+        the stores cannot hold (U+0000, a number that is not finite, nesting past the limit); RESOURCE_EXHAUSTED for a
+        message past its principal's `max_stored_bytes` or `max_tasks_per_minute`."""
         if authorizations(context) > 1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, ONE_PRINCIPAL)
         if self.needs_token and self.builder.principal(context) is None:
@@ -143,6 +158,11 @@ class BridgeGrpcHandler(GrpcHandler):
             raise errors.invalid_field("", NOT_FINITE) from None
         if flaw is not None:
             raise errors.invalid_field(flaw.path, flaw.reason)
+        if isinstance(request, SendMessageRequest):
+            starts = not request.message.task_id
+            over = await self.slots.admit(self.who(context), starts, request.ByteSize(), self.limits)
+            if over is not None:
+                await self.exhausted(context, *over)
 
     async def _handle_unary(
         self,
@@ -168,10 +188,9 @@ class BridgeGrpcHandler(GrpcHandler):
     ) -> AsyncIterable[T]:
         try:
             await self._admit(request, context)
-            principal = self.builder.principal(context)
-            who = principal.name if principal is not None else ""
+            who = self.who(context)
             if not self.slots.take(who):
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Too many open streams")
+                await self.exhausted(context, "Too many open streams", "max_streams")
             try:
                 async for item in handler_func(self._build_call_context(context, request)):
                     yield item
@@ -299,7 +318,7 @@ class GrpcServers:
         ]
         for index, agent in enumerate(agents):
             server = grpc.aio.server(options=options, interceptors=[AccessLog()])
-            servicer = BridgeGrpcHandler(agent.handler, agent.builder, agent.needs_token, self.slots)
+            servicer = BridgeGrpcHandler(agent.handler, agent.builder, agent.needs_token, self.slots, self.limits)
             a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
             wanted = self.first_port + index if self.first_port else 0
             ports[agent.name] = server.add_insecure_port(f"{self.host}:{wanted}")

@@ -1,7 +1,7 @@
 """Request limits in front of an agent's routes: the body's size, its JSON (valid UTF-8, not nested past what a
 parser can read, nothing the stores cannot hold: `a2a_bridge.store.storable`), and what each principal holds and does: the
-streams and long polls it holds open, the tasks it starts a minute, the bytes it sends to be stored. What a caller
-gets past each is in docs/security.md."""
+streams and long polls it holds open, the tasks it starts a minute, the bytes its tasks hold in the store
+(`a2a_bridge.store.stored_bytes`). What a caller gets past each is in docs/security.md."""
 
 import logging
 import time
@@ -20,6 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from a2a_bridge.core import errors
 from a2a_bridge.core.auth import route_path
 from a2a_bridge.core.config import Limits
+from a2a_bridge.store.ledger import MemoryLedger
+from a2a_bridge.store.stored_bytes import StoredBytes
 from a2a_bridge.store.storable import NUL, Flaw, parse
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ WAIT = "wait"
 """The kinds of connection a principal holds open, each counted against its own limit."""
 WINDOW = 60.0
 """Seconds over which `max_tasks_per_minute` counts."""
+STORED_REFUSAL = ("Too many bytes stored", "max_stored_bytes")
+RATE_REFUSAL = ("Too many tasks started in the last minute", "max_tasks_per_minute")
+"""A refused send's message and the limit it names."""
 INVALID_JSON = "Invalid JSON payload"
 PARSED_BODY = "a2a_bridge.parsed_body"
 """The scope key under which `RequestLimits` leaves the body it parsed (None when empty or not JSON) for the app."""
@@ -46,15 +51,16 @@ class ClientGone(Exception):
 
 
 class StreamSlots:
-    """What each principal holds and does, shared by every agent of a bridge: streams and long polls open, messages
-    that may start a task in the last minute, bytes of messages sent since the start."""
+    """What each principal holds and does, shared by every agent of a bridge (and by its bindings): streams and long
+    polls open and messages that may start a task in the last minute (in this process), bytes its tasks hold in the
+    store (`stored`, read from the store every replica shares)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, stored: StoredBytes | None = None) -> None:
         self.limit = limit
         """`max_streams`; other kinds name their limit when they take a slot."""
+        self.stored = stored if stored is not None else StoredBytes(MemoryLedger())
         self._open: dict[tuple[str, str], int] = {}
         self._starts: dict[str, deque[float]] = {}
-        self._sent: dict[str, int] = {}
 
     def take(self, who: str, kind: str = STREAM, limit: int = 0) -> bool:
         """Count one more open connection of `kind` for `who`; False (and nothing counted) at the limit (`limit`, or
@@ -85,13 +91,16 @@ class StreamSlots:
         starts.append(now)
         return True
 
-    def room(self, who: str, size: int, limit: int) -> bool:
-        """Whether `size` more bytes sent to be stored keep `who` within `limit`."""
-        return self._sent.get(who, 0) + size <= limit
-
-    def send(self, who: str, size: int) -> None:
-        """Count `size` bytes `who` sent to be stored."""
-        self._sent[who] = self._sent.get(who, 0) + size
+    async def admit(self, who: str, starts: bool, size: int, limits: Limits) -> tuple[str, str] | None:
+        """Count a message of `size` bytes `who` sends (`starts`: it may start a task), or the refusal's message and
+        limit (nothing counted) when its bytes would take `who`'s stored bytes past `max_stored_bytes`, or when it
+        may start a task past `max_tasks_per_minute`."""
+        if await self.stored.total(who) + size > limits.max_stored_bytes:
+            return STORED_REFUSAL
+        if starts and not self.start(who, limits.max_tasks_per_minute, time.monotonic()):
+            return RATE_REFUSAL
+        self.stored.add(who, size)
+        return None
 
 
 def starts_task(parsed: Any, rpc: bool) -> bool:
@@ -125,8 +134,8 @@ class RequestLimits:
     nested to parse (JSON-RPC -32700, otherwise 400), a U+0000 in the path or query and any value of the body the
     stores cannot hold (JSON-RPC -32602 naming the field, -32600 outside params, otherwise 400 naming the field),
     a stream past the caller's `max_streams`, a long poll past its `max_waits`, a message that may start a task past
-    its `max_tasks_per_minute` and one whose bytes pass its `max_stored_bytes` (429; JSON-RPC -32600 naming the
-    limit). A client that leaves while sending its body gets nothing.
+    its `max_tasks_per_minute` and one whose bytes would take what its tasks hold past its `max_stored_bytes` (429;
+    JSON-RPC -32600 naming the limit). A client that leaves while sending its body gets nothing.
     Leaves the body it parsed in the scope (`PARSED_BODY`), so that the app behind need not parse it again."""
 
     def __init__(
@@ -181,7 +190,7 @@ class RequestLimits:
             return
         who = self.principal(scope)
         if sending:
-            over = self._over_budget(who, parsed, rpc, len(body))
+            over = await self.slots.admit(who, starts_task(parsed, rpc), len(body), self.limits)
             if over is not None:
                 await self._refuse(scope, receive, send, rpc, 429, over[0], over[1])
                 return
@@ -198,15 +207,6 @@ class RequestLimits:
             await self.app(scope, replay, send)
         finally:
             self.slots.give(who, kind)
-
-    def _over_budget(self, who: str, parsed: Any, rpc: bool, size: int) -> tuple[str, str] | None:
-        """The refusal's message and limit when a send passes the principal's tasks a minute or stored bytes."""
-        if not self.slots.room(who, size, self.limits.max_stored_bytes):
-            return "Too many bytes sent to be stored", "max_stored_bytes"
-        if starts_task(parsed, rpc) and not self.slots.start(who, self.limits.max_tasks_per_minute, time.monotonic()):
-            return "Too many tasks started in the last minute", "max_tasks_per_minute"
-        self.slots.send(who, size)
-        return None
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None once it passes the limit (by Content-Length or by what arrives)."""

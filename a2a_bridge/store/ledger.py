@@ -65,12 +65,14 @@ class TaskRecord:
     """How many times the record has been written (its fencing token): a write of version N is stored only where the
     stored record is at version N - 1, so a writer that read an older record (a paused replica, a claim taken over)
     writes nothing (`Fenced`)."""
+    stored_bytes: int = 0
+    """The task's size as its last save stored it (protobuf bytes): summed by owner for `max_stored_bytes`."""
 
     def copy(self) -> "TaskRecord":
         """A copy that shares no mutable part with this record."""
         return TaskRecord(
             self.task_id, self.agent, self.owner, self.responsible_user, self.created_at, self.state, self.revision,
-            list(self.notifications), self.idle_expires_at, self.claim, self.signal, self.version,
+            list(self.notifications), self.idle_expires_at, self.claim, self.signal, self.version, self.stored_bytes,
         )
 
 
@@ -96,12 +98,8 @@ class ClaimEvent(NamedTuple):
 
     def row(self) -> dict[str, Any]:
         return {
-            "task_id": self.task_id,
-            "claim_generation": self.claim_generation,
-            "operation": self.operation,
-            "state": self.state,
-            "evidence": self.evidence,
-            "at": self.at,
+            "task_id": self.task_id, "claim_generation": self.claim_generation, "operation": self.operation,
+            "state": self.state, "evidence": self.evidence, "at": self.at,
         }
 
     def packed(self) -> bytes:
@@ -192,6 +190,7 @@ class Ledger(Protocol):
     ) -> tuple[TaskRecord, Task] | None: ...
     async def recent(self, limit: int, query: TaskQuery = TaskQuery()) -> list[TaskRecord]: ...
     async def state_counts(self) -> dict[tuple[str, str], int]: ...
+    async def stored_bytes(self, owner: str) -> int: ...
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
         *, new: bool = False, log: Sequence[tuple[int, str]] = (),
@@ -294,6 +293,7 @@ class MemoryLedger:
         self._deliveries: dict[tuple[str, str], Delivery] = {}
         self._log: dict[str, list[tuple[int, str]]] = {}
         """The event log of the tasks that have push configs (the only ones a memory store logs: `save(log=)`)."""
+        self._owned: dict[str, int] = {}
         self._sessions = 0
         self._changed: asyncio.Event | None = None
         self._written: list[Written] = []
@@ -424,10 +424,8 @@ class MemoryLedger:
         return len(again)
 
     async def expired_claims(self, now: datetime) -> list[TaskRecord]:
-        return [
-            r for r in self._records.values()
-            if r.claim.state in ("claimed", "cancel_requested") and r.claim.lease_until is not None and r.claim.lease_until < now
-        ]
+        held = self._records.values()
+        return [r for r in held if r.claim.state in HELD and r.claim.lease_until is not None and r.claim.lease_until < now]
 
     async def get(self, task_id: str) -> TaskRecord | None:
         record = self._records.get(task_id)
@@ -442,6 +440,10 @@ class MemoryLedger:
         """How many tasks each (agent, A2A state) has."""
         return dict(collections.Counter((r.agent, r.state) for r in self._records.values()))
 
+    async def stored_bytes(self, owner: str) -> int:
+        """The `stored_bytes` of the owner's records, summed (kept as they are written)."""
+        return self._owned.get(owner, 0)
+
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         if not writable(self._records.get(record.task_id), record):
             raise Fenced(record.task_id)
@@ -455,6 +457,9 @@ class MemoryLedger:
         kept.task_id = sys.intern(kept.task_id)
         if ended(kept):
             kept.claim = self._ended_claims.setdefault(kept.claim, kept.claim)
+        before = self._records.get(kept.task_id)
+        grown = kept.stored_bytes - (before.stored_bytes if before is not None else 0)
+        self._owned[kept.owner] = self._owned.get(kept.owner, 0) + grown
         self._records[kept.task_id] = kept
         for written in self._written:
             written([record.task_id])
@@ -468,10 +473,8 @@ class MemoryLedger:
         return unpacked(self._events.get(task_id, b""))
 
     async def claimed_before(self, session: int) -> list[TaskRecord]:
-        return [
-            r for r in self._records.values()
-            if r.claim.state in ("claimed", "cancel_requested") and r.claim.session_generation < session
-        ]
+        held = self._records.values()
+        return [r for r in held if r.claim.state in HELD and r.claim.session_generation < session]
 
     async def idle_deadlines(self) -> list[TaskRecord]:
         return [r for r in self._records.values() if r.idle_expires_at is not None]

@@ -9,20 +9,27 @@ from typing import Any
 from a2a.types import Task
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     DateTime,
+    Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
     and_,
+    bindparam,
+    func,
+    inspect,
     literal_column,
     or_,
+    select,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert
 
 from a2a_bridge.core.claims import TERMINAL, Claim
@@ -55,9 +62,12 @@ records_table = Table(
     Column("stage", String(255), nullable=True),
     Column("signal", String(255), nullable=True),
     Column("version", Integer, nullable=False, server_default=text("0")),
+    Column("stored_bytes", BigInteger, nullable=False, server_default=text("0")),
+    Index("ix_bridge_tasks_owner_bytes", "owner", "stored_bytes"),
 )
-"""`version` is the record's fencing token (`TaskRecord.version`); it was added after the table, so a database made
-before it gets the column at start (`SqlLedger`)."""
+"""`version` is the record's fencing token (`TaskRecord.version`), `stored_bytes` the task's size as stored, summed by
+owner over the index on (owner, stored_bytes) for `max_stored_bytes`; both were added after the table, so a database
+made before them gets the columns (and the index) at start (`SqlLedger`)."""
 
 claim_events_table = Table(
     "bridge_claim_events",
@@ -128,6 +138,39 @@ sessions_table = Table(
 )
 
 
+ADDED_COLUMNS = (
+    (messages_table.name, "session", "INTEGER"),
+    (records_table.name, "version", "INTEGER NOT NULL DEFAULT 0"),
+    (records_table.name, "stored_bytes", "BIGINT NOT NULL DEFAULT 0"),
+)
+"""Columns added to a table after it was first made: (table, column, type); a database made before gets them at start,
+with the indexes of `records_table` (`create_all` makes no index of a table it finds made)."""
+STORED_BYTES = select(func.coalesce(func.sum(records_table.c.stored_bytes), 0)).where(
+    records_table.c.owner == bindparam("owner")
+)
+"""The stored bytes of one owner's tasks, summed over the index on (owner, stored_bytes)."""
+
+
+def missing_columns(conn: Connection) -> list[tuple[str, str, str]]:
+    """The columns of ADDED_COLUMNS that this database's tables lack."""
+    inspector = inspect(conn)
+    present = {table: {column["name"] for column in inspector.get_columns(table)} for table, _, _ in ADDED_COLUMNS}
+    return [(table, column, kind) for table, column, kind in ADDED_COLUMNS if column not in present[table]]
+
+
+def create_or_migrate(conn: Connection, shared: bool) -> None:
+    """Make the ledger's tables that are missing, and give those made before a column was added the column (and the
+    indexes of the records); `shared` (PostgreSQL, where replicas may start at once) adds them only if absent."""
+    metadata.create_all(conn)
+    exists = " IF NOT EXISTS" if shared else ""
+    missing = missing_columns(conn)
+    for table, column, kind in missing:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN{exists} {column} {kind}"))
+    if missing:
+        for index in records_table.indexes:
+            index.create(conn, checkfirst=True)
+
+
 def utc(value: datetime | None) -> datetime | None:
     """SQLite hands back naive datetimes; every time in the bridge is aware UTC."""
     if value is None:
@@ -157,6 +200,7 @@ def row_values(record: TaskRecord) -> dict[str, Any]:
         "stage": claim.stage,
         "signal": record.signal,
         "version": record.version,
+        "stored_bytes": record.stored_bytes,
     }
 
 
@@ -184,6 +228,7 @@ def record_of(row: Any) -> TaskRecord:
         ),
         signal=row.signal,
         version=row.version,
+        stored_bytes=row.stored_bytes,
     )
 
 

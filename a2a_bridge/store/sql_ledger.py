@@ -11,8 +11,7 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import Task
-from sqlalchemy import and_, bindparam, delete, func, insert, inspect, or_, select, text, tuple_, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -47,7 +46,8 @@ from a2a_bridge.store.ledger_tables import (
     event_rows,
     events_table,
     messages_table,
-    metadata,
+    STORED_BYTES,
+    create_or_migrate,
     record_of,
     record_statement,
     records_table,
@@ -74,17 +74,6 @@ log = logging.getLogger(__name__)
 STORE_TIME = text("SELECT clock_timestamp()")
 _RECORD = select(records_table).where(records_table.c.task_id == bindparam("task_id"))
 """One task's record: built once, as building the statement costs more than its round trip."""
-
-
-ADDED_COLUMNS = ((messages_table.name, "session", "INTEGER"), (records_table.name, "version", "INTEGER NOT NULL DEFAULT 0"))
-"""Columns added to a table after it was first made: (table, column, type); a database made before gets them at start."""
-
-
-def _missing_columns(conn: Connection) -> list[tuple[str, str, str]]:
-    """The columns of ADDED_COLUMNS that this database's tables lack."""
-    inspector = inspect(conn)
-    present = {table: {column["name"] for column in inspector.get_columns(table)} for table, _, _ in ADDED_COLUMNS}
-    return [(table, column, kind) for table, column, kind in ADDED_COLUMNS if column not in present[table]]
 
 
 class SqlLedger(SqlDeliveries):
@@ -118,10 +107,7 @@ class SqlLedger(SqlDeliveries):
     async def _init(self) -> None:
         if not self._ready:
             async with self.engine.begin() as conn:
-                await conn.run_sync(metadata.create_all)
-                exists = " IF NOT EXISTS" if self.shared else ""
-                for table, column, kind in await conn.run_sync(_missing_columns):
-                    await conn.execute(text(f"ALTER TABLE {table} ADD COLUMN{exists} {column} {kind}"))
+                await conn.run_sync(create_or_migrate, self.shared)
             self._ready = True
 
     async def start_session(self, now: datetime) -> int:
@@ -224,6 +210,12 @@ class SqlLedger(SqlDeliveries):
         query = select(table.c.agent, table.c.state, func.count()).group_by(table.c.agent, table.c.state)
         async with self.reader.connect() as conn:
             return {(agent, state): int(count) for agent, state, count in (await conn.execute(query)).all()}
+
+    async def stored_bytes(self, owner: str) -> int:
+        """The `stored_bytes` of the owner's records, summed in the database."""
+        await self._init()
+        async with self.reader.connect() as conn:
+            return int((await conn.execute(STORED_BYTES, {"owner": owner})).scalar_one())
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],

@@ -193,22 +193,24 @@ class TaskWriter:
         """Store the task and its record with the revision moved once per change it holds (`items`, when given, are
         those changes: on a shared database each event among them goes to the event log under the revision it
         produced); a canceled turn does not interrupt the write. The task is stored as it is at this call, which holds
-        exactly those changes (anything folded later belongs to a later revision, into a copy: `LiveTask.own`). Returns the revision before the
-        save. If the store refuses it, the record is as before and the claim events wait for the next write:
+        exactly those changes (anything folded later belongs to a later revision, into a copy: `LiveTask.own`).
+        Returns the revision before the save. If the store refuses it, the record is as before and the claim events wait for the next write:
         StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
         live.shared = True
-        write = self._write(live, changes, items, live.task)
+        write = self._write(live, changes, items, live.task, live.size())
         if self.env.ledger.writes_at_once:
             return await eager.shielded(write)
         return await eager.shield(write)
 
-    async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task) -> int:
+    async def _write(self, live: LiveTask, changes: int, items: Sequence[FeedItem], persisted: Task, size: int) -> int:
+        """Store `persisted` (the task when the save was asked for, `size` protobuf bytes) and the record with it."""
         env = self.env
         async with live.save_lock:
             record = live.record
             before = record.revision
-            stored = (record.state, record.notifications, record.idle_expires_at)
+            stored = (record.state, record.notifications, record.idle_expires_at, record.stored_bytes)
             record.revision += changes
+            record.stored_bytes = size
             record.version += 1
             record.state = state_name(persisted.status.state)
             record.notifications = next_notifications(record.notifications, persisted, record.responsible_user, env.clock.now())
@@ -232,7 +234,7 @@ class TaskWriter:
                 if not (isinstance(error, Fenced) and await self._landed(record)):
                     record.revision = before
                     record.version -= 1
-                    record.state, record.notifications, record.idle_expires_at = stored
+                    record.state, record.notifications, record.idle_expires_at, record.stored_bytes = stored
                     live.claim_log[:0] = posted
                     raise self._fault(live, error) from error
             live.durable = (persisted, record.copy())

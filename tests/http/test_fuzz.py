@@ -36,7 +36,8 @@ EXAMPLES = int(os.environ.get("A2A_BRIDGE_FUZZ_EXAMPLES", "200"))
 BODY_LIMIT = 65_536
 STREAM_READ = 3.0
 """Seconds a streamed answer is read before the client closes it."""
-LIMITS = f"\n[limits]\nmax_body_bytes = {BODY_LIMIT}\nmax_streams = 64\n"
+LIMITS = f"\n[limits]\nmax_body_bytes = {BODY_LIMIT}\nmax_streams = 64\nmax_tasks_per_minute = 1000000\n"
+"""Streams and task starts enough that every example reaches its handler (the fuzzer is one principal)."""
 LEAKS = ("Traceback", 'File "', "/work/", "site-packages", ".py\"", "Expecting value", "line 1 column", "Failed to parse")
 JSONRPC_METHODS = (
     "SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",

@@ -1,5 +1,5 @@
 """What one principal may hold and do (issue 31 item 3): long polls open at once (`max_waits`), messages that may
-start a task a minute (`max_tasks_per_minute`) and bytes sent to be stored (`max_stored_bytes`), each refused with
+start a task a minute (`max_tasks_per_minute`) and bytes its tasks hold (`max_stored_bytes`), each refused with
 429 (JSON-RPC -32600) naming the limit, for that principal only; against a real `a2a-bridge serve` process."""
 
 from collections.abc import Iterator
