@@ -194,8 +194,9 @@ class TaskWriter:
         those changes: on a shared database each event among them goes to the event log under the revision it
         produced); a canceled turn does not interrupt the write. The task is stored as it is at this call, which holds
         exactly those changes (anything folded later belongs to a later revision, into a copy: `LiveTask.own`).
-        Returns the revision before the save. If the store refuses it, the record is as before and the claim events wait for the next write:
-        StoreUnavailable when the store is down, the store's own error when the content cannot be stored."""
+        Returns the revision before the save. If the store refuses it, the record is as before and the claim events
+        wait for the next write: StoreUnavailable when the store is down, the store's own error when the content
+        cannot be stored."""
         live.shared = True
         write = self._write(live, changes, items, live.task, live.size())
         if self.env.ledger.writes_at_once:
