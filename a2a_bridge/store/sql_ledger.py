@@ -42,6 +42,7 @@ from a2a_bridge.store.ledger_batch import (
     record_rows,
 )
 from a2a_bridge.store.ledger_tables import (
+    add_indexes,
     claim_events_table,
     event_rows,
     events_table,
@@ -118,6 +119,7 @@ class SqlLedger(SqlDeliveries):
         if not self._ready:
             async with self.engine.begin() as conn:
                 await conn.run_sync(metadata.create_all)
+                await conn.run_sync(add_indexes)
                 exists = " IF NOT EXISTS" if self.shared else ""
                 for table, column, kind in await conn.run_sync(_missing_columns):
                     await conn.execute(text(f"ALTER TABLE {table} ADD COLUMN{exists} {column} {kind}"))
