@@ -70,11 +70,28 @@ async function signIn(page) {
   const refused = await (await page.waitForSelector('#sign-in-error:not(:empty)')).textContent();
   await page.fill('#token', OPERATOR_TOKEN);
   await page.click('#sign-in-form button[type=submit]');
-  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#overview-view:not([hidden])');
   await page.waitForSelector('#feed.live');
   const stored = await page.evaluate(() => sessionStorage.getItem('a2a-bridge.operator-token'));
   const signOutAfter = await page.isVisible('#sign-out');
   report('sign-in', { hint: hintText, refused, stored, signOutBefore, signOutAfter });
+  await openTasks(page);
+}
+
+async function openTasks(page) {
+  await page.click('#views a[data-view="tasks"]');
+  await page.waitForSelector('#tasks-view:not([hidden])');
+}
+
+// Answers the confirmation dialog an action opened: gives `reason` and confirms, or (`yes` false) keeps things as
+// they are; what the dialog said of the consequence.
+async function confirm(page, reason = '', yes = true) {
+  await page.waitForSelector('#confirm[open]', { timeout: WAIT });
+  const said = await page.textContent('#confirm-consequence');
+  if (reason) await page.fill('#confirm-reason', reason);
+  await page.click(yes ? '#confirm-yes' : '#confirm-no');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached', timeout: WAIT });
+  return said;
 }
 
 // Records every A2A state a task's row shows, as the page changes it.
@@ -109,6 +126,7 @@ async function live(page) {
   }));
   await shot(page, '01-deploy-waiting-for-approval.png');
   await page.click(`${row(deploy)} button[data-action="approve"]`);
+  const consequence = await confirm(page, 'change window 14:00-15:00');
   await page.waitForSelector(`${row(deploy)}[data-state="COMPLETED"]`, { timeout: WAIT });
   const done = await page.$eval(row(deploy), (tr) => ({
     phase: tr.querySelector('.phase').textContent,
@@ -119,7 +137,7 @@ async function live(page) {
   const notice = await page.textContent('#notice');
   await shot(page, '02-deploy-completed.png');
   report('approve', {
-    task: deploy, states: await seenStates(page, deploy), waiting, done, notice,
+    task: deploy, states: await seenStates(page, deploy), waiting, done, notice, consequence,
     sameDocument: await page.evaluate(() => window.__sameDocument === true),
   });
 
@@ -131,16 +149,18 @@ async function live(page) {
     artifacts: [...view.querySelectorAll('[data-artifact]')].map((node) => node.dataset.artifact),
     report: view.querySelector('[data-artifact="deploy-report"] pre').textContent,
     operations: [...view.querySelectorAll('.events tr[data-operation]')].map((tr) => tr.dataset.operation),
+    operator: [...view.querySelectorAll('.timeline .entry.kind-operator')].map((li) => li.textContent),
   }));
   await shot(page, '03-task-page.png');
   report('task-page', page_);
 
-  await page.click('a[href="#/"]');
+  await page.click('#task-view a.back');
   await page.waitForSelector('#tasks-view:not([hidden])');
   const suite = await send('test-runner', 'Run the full suite for payments-api at commit 9f3c2e1', `console-suite-${Date.now()}`);
   await watchStates(page, suite);
   await page.waitForSelector(`${row(suite)}[data-state="WORKING"] button[data-action="cancel"]`, { timeout: WAIT });
   await page.click(`${row(suite)} button[data-action="cancel"]`);
+  await confirm(page, 'wrong commit');
   await page.waitForSelector(`${row(suite)}[data-state="CANCELED"]`, { timeout: WAIT });
   const canceled = await page.$eval(row(suite), (tr) => ({
     claim: tr.querySelector('.claim').dataset.claim,
@@ -177,6 +197,7 @@ async function reconcile(page, id) {
   await (await added.$('[name=value]')).fill('3 of 3 passing');
   await shot(page, '05-reconcile-form.png');
   await (await form.$('button[type=submit]')).click();
+  await confirm(page);
   await page.waitForSelector(`#task [data-task-id="${id}"][data-state="COMPLETED"] .events tr[data-operation="reconcile_completed"]`, { timeout: WAIT });
   const after = await page.$eval('#task', (view) => ({
     state: view.firstElementChild.dataset.state,
@@ -287,10 +308,12 @@ async function deadLetters(page, { listed, stale, onPage }) {
   });
   if (other.status !== 200) throw new Error(`redeliver ${stale}: HTTP ${other.status}`);
   await page.click(`${deadRow(stale)} button[data-action="redeliver"]`);
+  await confirm(page);
   const refused = await (await page.waitForSelector('#dead-notice.error:not(:empty)', { timeout: WAIT })).textContent();
   await page.waitForSelector(deadRow(stale), { state: 'detached', timeout: WAIT });
 
   await page.click(`${deadRow(listed)} button[data-action="redeliver"]`);
+  await confirm(page);
   await page.waitForSelector('#dead-notice:not(.error):not(:empty)', { timeout: WAIT });
   const delivering = await page.textContent('#dead-notice');
   await page.waitForSelector(deadRow(listed), { state: 'detached', timeout: WAIT });
@@ -309,6 +332,7 @@ async function deadLetters(page, { listed, stale, onPage }) {
   }));
   await shot(page, '12-task-dead-letter.png');
   await page.click(`${dead} button[data-action="redeliver"]`);
+  await confirm(page);
   await page.waitForSelector('#task-notice:not(.error):not(:empty)', { timeout: WAIT });
   await page.waitForSelector(dead, { state: 'detached', timeout: WAIT });
   report('task-dead-letter', { task: onPage, before, notice: await page.textContent('#task-notice') });
@@ -333,7 +357,7 @@ async function xss(page, { token, tasks, payload }) {
   await page.waitForSelector('#sign-in:not([hidden])');
   await page.fill('#token', token);
   await page.click('#sign-in-form button[type=submit]');
-  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#overview-view:not([hidden])');
   await page.waitForSelector('#feed.live');
   const title = await page.title();
   for (const id of tasks) {
@@ -388,7 +412,7 @@ async function bidi(page, { token, task }) {
   await page.waitForSelector('#sign-in:not([hidden])');
   await page.fill('#token', token);
   await page.click('#sign-in-form button[type=submit]');
-  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#overview-view:not([hidden])');
   await page.evaluate((taskId) => { location.hash = `#/tasks/${taskId}`; }, task);
   await page.waitForSelector(`#task [data-task-id="${task}"] .artifact .part`, { timeout: WAIT });
   const parts = page.locator('#task .artifact .part');
