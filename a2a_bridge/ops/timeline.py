@@ -120,10 +120,12 @@ def timeline(
             "at": iso(notification.since), "kind": "status", "title": f"notification {what}",
             "detail": f"Task Status asks {record.responsible_user or 'the user'} to act",
         })
-    if task.status.HasField("timestamp"):
+    current = _short(state_name(task.status.state))
+    reported = any(entry["kind"] == "a2a" and entry["title"] == current for entry in entries)
+    if task.status.HasField("timestamp") and not reported:
         entries.append({
             "at": iso(task.status.timestamp.ToDatetime().replace(tzinfo=record.created_at.tzinfo)),
-            "kind": "a2a", "title": f"now {_short(state_name(task.status.state))}", "detail": "the task's current status",
+            "kind": "a2a", "title": f"now {current}", "detail": "the task's current status",
         })
     for delivery in deliveries:
         entries.extend(delivery_entries(delivery))

@@ -123,10 +123,12 @@ deliver is the task's event log after it (`events_table`), written in the same t
 ADDED_INDEXES = (
     Index("ix_bridge_tasks_overview", records_table.c.agent, records_table.c.state, records_table.c.claim_state),
     Index("ix_bridge_tasks_lease", records_table.c.claim_state, records_table.c.lease_until),
+    Index("ix_bridge_tasks_created", records_table.c.created_at.desc(), records_table.c.task_id),
     Index("ix_bridge_claim_events_operation_at", claim_events_table.c.operation, claim_events_table.c.at),
 )
-"""Indexes of the operator's overview (`ledger_views`): the counts by agent, A2A state and claim state read from one
-index, claims past their lease and the failures of the last hour found without a scan. Added after their tables, so a
+"""Indexes of the operator's overview (`ledger_views`) and list: the counts by agent, A2A state and claim state read
+from one index, claims past their lease and the failures of the last hour found without a scan, the newest tasks
+first without a sort. Added after their tables, so a
 database made before gets them at start (`add_indexes`)."""
 
 

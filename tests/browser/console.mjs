@@ -15,6 +15,14 @@
 //                                                       list the dead letters, deliver one again from the list, click
 //                                                       one another operator delivered meanwhile (an error shown), and
 //                                                       deliver one again from its task's page
+//   node console.mjs overview BASE_URL SCREENSHOT_DIR '{"approval": ..., "failed": ..., ...}'
+//                                                       read the overview and its attention queue, open each planted
+//                                                       task's timeline, take the screenshots at 1280, 800 and 420 px,
+//                                                       approve from the queue with the keyboard alone, and leave a
+//                                                       cancel unconfirmed with Escape
+//   node console.mjs first-paint BASE_URL SCREENSHOT_DIR '{"runs": N}'
+//                                                       the overview's first paint (its counts drawn) after a load
+//                                                       with the token already held, N times
 //   node console.mjs bidi BASE_URL SCREENSHOT_DIR '{"token": ..., "task": ...}'
 //                                                       open a task whose artifact's name and first link hold an unclosed
 //                                                       U+202E, and report the order the characters after them show in
@@ -59,7 +67,7 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(shots, name), fullPage: true });
 }
 
-async function signIn(page) {
+async function signIn(page, toTasks = true) {
   await page.goto(`${base}/console/`);
   await page.waitForSelector('#sign-in:not([hidden])');
   const signOutBefore = await page.isVisible('#sign-out');
@@ -75,7 +83,7 @@ async function signIn(page) {
   const stored = await page.evaluate(() => sessionStorage.getItem('a2a-bridge.operator-token'));
   const signOutAfter = await page.isVisible('#sign-out');
   report('sign-in', { hint: hintText, refused, stored, signOutBefore, signOutAfter });
-  await openTasks(page);
+  if (toTasks) await openTasks(page);
 }
 
 async function openTasks(page) {
@@ -425,6 +433,130 @@ async function bidi(page, { token, task }) {
   report('bidi', { followers, name: await heading.textContent(), isolated });
 }
 
+const attention = (page) => page.$$eval('#attention-items li', (items) => items.map((li) => ({
+  kind: li.dataset.kind,
+  task: li.dataset.taskId,
+  why: li.querySelector('.why').textContent,
+  what: li.querySelector('.what').textContent,
+  actions: [...li.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
+})));
+
+// What a width shows: whether the page is wider than the window, and the headers or labels cut short.
+async function layoutAt(page, width, view) {
+  await page.setViewportSize({ width, height: 900 });
+  await page.waitForTimeout(100);
+  return page.evaluate((name) => {
+    const cut = [...document.querySelectorAll(`${name} th, ${name} h2, ${name} .kind-label`)]
+      .filter((node) => node.offsetParent !== null && node.scrollWidth > node.clientWidth + 1)
+      .map((node) => node.textContent);
+    return { scrollWidth: document.documentElement.scrollWidth, cut };
+  }, view);
+}
+
+async function overview(page, planted) {
+  await signIn(page, false);
+  const kinds = ['approval', 'needs_reconciliation', 'uncertain', 'past_lease', 'dead_letter', 'failed'];
+  for (const kind of kinds) {
+    await page.waitForSelector(`#attention-items li[data-kind="${kind}"][data-task-id="${planted[kind]}"]`, { timeout: WAIT });
+  }
+  await page.waitForSelector('#chart-throughput svg rect', { timeout: WAIT });
+  const items = await attention(page);
+  const counts = await page.$$eval('#attention-counts li', (lis) => Object.fromEntries(lis.map((li) => [li.dataset.kind, Number(li.dataset.count)])));
+  const agents = await page.$$eval('#agent-counts tbody tr', (trs) => Object.fromEntries(trs.map((tr) => [tr.dataset.agent, {
+    total: Number(tr.querySelector('.total').textContent),
+    states: Object.fromEntries([...tr.querySelectorAll('.states .chip')].map((chip) => [chip.dataset.name, Number(chip.textContent.split(' ').pop())])),
+    claims: Object.fromEntries([...tr.querySelectorAll('.claims .chip')].map((chip) => [chip.dataset.name, Number(chip.textContent.split(' ').pop())])),
+  }])));
+  const charts = await page.$$eval('.chart', (figures) => Object.fromEntries(figures.map((f) => [f.id, { peak: Number(f.dataset.peak), bars: f.querySelectorAll('rect').length }])));
+  const sessions = await page.$$eval('#sessions tbody tr', (trs) => trs.map((tr) => ({ session: tr.dataset.session, status: tr.dataset.status })));
+  const store = await page.$eval('#store-health [data-ok]', (dd) => ({ ok: dd.dataset.ok, text: dd.textContent }));
+  const layout = {};
+  for (const width of [1280, 800, 420]) {
+    layout[width] = await layoutAt(page, width, '#overview-view');
+    await shot(page, `console-${width}.png`);
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+  report('overview', { items, counts, agents, charts, sessions, store, layout });
+
+  const timelines = {};
+  for (const kind of kinds) {
+    await page.evaluate((id) => { location.hash = `#/tasks/${id}`; }, planted[kind]);
+    await page.waitForSelector(`#task [data-task-id="${planted[kind]}"] .timeline .entry`, { timeout: WAIT });
+    timelines[kind] = await page.$eval('#task', (view) => ({
+      waiting: view.querySelector('.waiting').dataset.who,
+      waitingText: view.querySelector('.waiting').textContent,
+      entries: [...view.querySelectorAll('.timeline .entry')].map((li) => ({ kind: li.dataset.kind, title: li.dataset.title, text: li.textContent })),
+      failure: view.querySelector('.failure') && view.querySelector('.failure').textContent,
+      explains: view.querySelector('.explain') && view.querySelector('.explain').dataset.explains,
+    }));
+    if (kind === 'failed') {
+      for (const width of [1280, 420]) {
+        await page.setViewportSize({ width, height: 900 });
+        await shot(page, `console-task-${width}.png`);
+      }
+      await page.setViewportSize({ width: 1280, height: 900 });
+    }
+  }
+  report('timelines', timelines);
+
+  // The keyboard alone: Tab to the approval's button, Enter opens the dialog on its reason, Tab to the confirm
+  // button, Enter approves.
+  await page.evaluate(() => { location.hash = '#/'; });
+  const approveButton = `#attention-items li[data-kind="approval"][data-task-id="${planted.approval}"] button[data-action="approve"]`;
+  await page.waitForSelector(approveButton, { timeout: WAIT });
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  let tabs = 0;
+  while (tabs < 80 && !(await page.$eval(approveButton, (node) => node === document.activeElement))) {
+    await page.keyboard.press('Tab');
+    tabs += 1;
+  }
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#confirm[open]', { timeout: WAIT });
+  const focused = await page.evaluate(() => document.activeElement.id);
+  const said = await page.textContent('#confirm-consequence');
+  await page.keyboard.type('release train 42');
+  await page.keyboard.press('Tab');
+  await page.keyboard.press('Tab');
+  const onConfirm = await page.evaluate(() => document.activeElement.id);
+  await shot(page, 'console-confirm.png');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector(`#attention-items li[data-kind="approval"][data-task-id="${planted.approval}"]`, { state: 'detached', timeout: WAIT });
+  report('keyboard', { tabs, focused, said, onConfirm });
+
+  // Escape leaves a cancel unconfirmed: nothing is sent, the item stays.
+  const cancelButton = `#attention-items li[data-kind="past_lease"] button[data-action="cancel"]`;
+  await page.click(cancelButton);
+  await page.waitForSelector('#confirm[open]', { timeout: WAIT });
+  const cancelSaid = await page.textContent('#confirm-consequence');
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached', timeout: WAIT });
+  const stays = await page.$eval(cancelButton, (node) => !node.disabled);
+  report('escape', { cancelSaid, stays, task: await page.$eval('#attention-items li[data-kind="past_lease"]', (li) => li.dataset.taskId) });
+}
+
+async function firstPaint(page, { runs }) {
+  await page.addInitScript((token) => {
+    sessionStorage.setItem('a2a-bridge.operator-token', token);
+    window.__painted = null;
+    new MutationObserver((_, observer) => {
+      const counts = document.querySelector('#attention-counts li');
+      if (counts && window.__painted === null) {
+        window.__painted = performance.now();
+        observer.disconnect();
+      }
+    }).observe(document, { childList: true, subtree: true });
+  }, OPERATOR_TOKEN);
+  const times = [];
+  for (let i = 0; i < runs; i += 1) {
+    await page.goto(`${base}/console/?run=${i}#/`);
+    await page.waitForFunction(() => window.__painted !== null, null, { timeout: WAIT });
+    times.push(await page.evaluate(() => window.__painted));
+  }
+  const total = await page.$eval('#agent-counts tbody', (body) => [...body.querySelectorAll('.total')].reduce((n, td) => n + Number(td.textContent), 0));
+  await shot(page, 'first-paint.png');
+  report('first-paint', { times, total });
+}
+
 const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-console-chromium-'));
 fs.mkdirSync(shots, { recursive: true });
 const context = await chromium.launchPersistentContext(profile, {
@@ -443,6 +575,8 @@ try {
   else if (scenario === 'xss') await xss(page, JSON.parse(taskArg));
   else if (scenario === 'dead-letters') await deadLetters(page, JSON.parse(taskArg));
   else if (scenario === 'bidi') await bidi(page, JSON.parse(taskArg));
+  else if (scenario === 'overview') await overview(page, JSON.parse(taskArg));
+  else if (scenario === 'first-paint') await firstPaint(page, JSON.parse(taskArg));
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
   failed = true;

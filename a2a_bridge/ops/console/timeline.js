@@ -38,7 +38,7 @@ window.A2AConsoleParts.timeline = (h) => {
       extra.push(el('code', { class: 'evidence-json' }, el('bdi', { text: JSON.stringify(entry.evidence) })));
     }
     return el('li', { class: `entry kind-${entry.kind}`, 'data-kind': entry.kind, 'data-title': entry.title },
-      el('time', { datetime: entry.at, class: 'mono', text: h.moment(entry.at).replace(' UTC', '') }),
+      el('time', { datetime: entry.at, class: 'mono', text: entry.at.replace('T', ' ').replace('Z', '') }),
       el('span', { class: `tag kind-${entry.kind}`, text: KIND_LABELS[entry.kind] || entry.kind }),
       el('div', { class: 'body' },
         el('div', { class: 'title' }, el('bdi', { text: entry.title }),
