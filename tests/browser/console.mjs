@@ -276,9 +276,16 @@ async function list(page, { canceled, waiting, context, total }) {
       return document.elementFromPoint(rect.left + rect.width / 2, rect.top + rect.height / 2) === node;
     });
     await shot(page, `09-narrow-${width}.png`);
-    return { right: box.x + box.width, left: box.x, onTop, pageWidth: await page.evaluate(() => document.documentElement.scrollWidth) };
+    const cut = await page.$$eval('#tasks th, #tasks td', (cells) => cells
+      .filter((cell) => cell.offsetParent !== null && cell.scrollWidth > cell.clientWidth + 1 && !cell.querySelector('.message'))
+      .map((cell) => cell.textContent));
+    const table = await page.$eval('#tasks', (node) => ({ width: node.scrollWidth, shown: node.parentElement.clientWidth }));
+    return {
+      right: box.x + box.width, left: box.x, onTop, cut, table,
+      pageWidth: await page.evaluate(() => document.documentElement.scrollWidth),
+    };
   };
-  const narrow = { 1000: await reach(1000), 800: await reach(800), 420: await reach(420) };
+  const narrow = { 1280: await reach(1280), 1000: await reach(1000), 800: await reach(800), 420: await reach(420) };
   const icon = await page.evaluate(async () => {
     const link = document.querySelector('link[rel="icon"]');
     const response = await fetch(link.href);
@@ -532,6 +539,12 @@ async function overview(page, planted) {
   await page.waitForSelector('#confirm:not([open])', { state: 'attached', timeout: WAIT });
   const stays = await page.$eval(cancelButton, (node) => !node.disabled);
   report('escape', { cancelSaid, stays, task: await page.$eval('#attention-items li[data-kind="past_lease"]', (li) => li.dataset.taskId) });
+
+  // Still live: a turn that fails now shows in the open overview's queue, with no reload.
+  await page.evaluate(() => { window.__sameDocument = true; });
+  const failing = await send('raising', 'raise now', `overview-live-${Date.now()}`);
+  await page.waitForSelector(`#attention-items li[data-kind="failed"][data-task-id="${failing}"]`, { timeout: WAIT });
+  report('live', { task: failing, sameDocument: await page.evaluate(() => window.__sameDocument === true) });
 }
 
 async function firstPaint(page, { runs }) {

@@ -194,6 +194,7 @@ def test_the_list_pages_filters_searches_and_keeps_its_actions_in_reach(node: st
     assert step["found"] == [canceled["id"]]
     for width, seen in step["narrow"].items():
         assert seen["onTop"] and 0 <= seen["left"] and seen["right"] <= int(width), (width, seen)
+        assert seen["cut"] == [] and seen["table"]["width"] <= seen["table"]["shown"], (width, seen)
     assert step["icon"] == {"href": "favicon.svg", "status": 200, "type": "image/svg+xml"}
 
 

@@ -184,3 +184,4 @@ def test_the_page_shows_the_queue_the_timelines_and_acts_from_the_keyboard(
     assert escape["stays"] and escape["task"] == ids["past_lease"] and "CANCELED" in escape["cancelSaid"]
     record = wait_for(lambda: detail(server, ids["past_lease"]), what="the past-lease task")
     assert record["row"]["claim"]["state"] == "claimed", "Escape sent nothing"
+    assert steps["live"]["sameDocument"] is True, "a new failure reached the open overview without a reload"
