@@ -237,6 +237,7 @@ class Console:
             "status": status_object(task, record)["status"],
             "claim": claim_fields(claim),
             "actions": self.actions(task, record),
+            "waiting": waiting_on(task, record, [], self.around.clock.now()),
         }
 
     async def rows(self, records: list[TaskRecord]) -> list[dict[str, Any]]:

@@ -128,6 +128,7 @@ async function live(page) {
   await page.waitForSelector(`${row(deploy)}[data-state="AUTH_REQUIRED"] button[data-action="approve"]`, { timeout: WAIT });
   const waiting = await page.$eval(row(deploy), (tr) => ({
     phase: tr.querySelector('.phase').textContent,
+    mustAct: tr.querySelector('.must-act') && tr.querySelector('.must-act').dataset.who,
     claim: tr.querySelector('.claim').dataset.claim,
     generation: tr.querySelector('.generation').textContent,
     actions: [...tr.querySelectorAll('[data-action]')].map((node) => node.dataset.action),

@@ -110,7 +110,10 @@ def test_a_deploy_shows_up_live_and_completes_once_approved(live_run: dict[str, 
     seen = [state for state in step["states"] if state not in ("SUBMITTED", "WORKING")]
     assert seen == ["AUTH_REQUIRED", "COMPLETED"], step["states"]
     assert "WORKING" in step["states"], "the row never showed the deploy working"
-    assert step["waiting"] == {"phase": "processing", "claim": "awaiting_reply", "generation": "1", "actions": ["approve", "cancel"]}
+    assert step["waiting"] == {
+        "phase": "processing→ operator: approve", "mustAct": "operator", "claim": "awaiting_reply", "generation": "1",
+        "actions": ["approve", "cancel"],
+    }, "the row says who must act"
     assert step["done"] == {"phase": "terminal: completed", "claim": "completed", "generation": "2", "actions": []}
     assert step["notice"].startswith("Approved ")
     assert "goes on at once" in step["consequence"] and step["task"] in step["consequence"], "the dialog names the consequence"

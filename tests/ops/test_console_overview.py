@@ -17,7 +17,16 @@ import httpx
 import pytest
 
 from bench.populate import clone_tasks
-from tests.claim_support import CRASH_PACE, OPERATOR, UNIT_TESTS, crash_mid_rollout, start_deploys
+from tests.claim_support import (
+    CRASH_PACE,
+    OPERATOR,
+    UNIT_TESTS,
+    crash_mid_rollout,
+    review_message,
+    start,
+    start_deploys,
+    wait_state,
+)
 from tests.ops.test_console_browser import SCREENSHOTS, dead_letters_of, drive, node  # noqa: F401 - node: a fixture
 from tests.ops.test_operator_cli import DEAD_LETTERS, hooked
 from tests.push.test_push_outbox import Receiver
@@ -185,3 +194,19 @@ def test_the_page_shows_the_queue_the_timelines_and_acts_from_the_keyboard(
     record = wait_for(lambda: detail(server, ids["past_lease"]), what="the past-lease task")
     assert record["row"]["claim"]["state"] == "claimed", "Escape sent nothing"
     assert steps["live"]["sameDocument"] is True, "a new failure reached the open overview without a reload"
+
+
+def test_a_review_waiting_says_which_user_must_act_and_since_when(tmp_path: Path) -> None:
+    server = ServerProcess("memory", pace=0.01, extra=["--agent", "code-reviewer"]).start()
+    try:
+        text = "Review this diff of payments-api against main; ask me before posting"
+        task = start(server, "code-reviewer", review_message(f"review-{uuid.uuid4()}", text))
+        waited = wait_state(server, "code-reviewer", task["id"], "TASK_STATE_AUTH_REQUIRED")
+        body = detail(server, task["id"])
+    finally:
+        server.stop()
+    assert [n["kind"] for n in body["row"]["status"]["notifications"]] == ["review_required"]
+    who = body["row"]["waiting"]
+    assert who["who"].startswith("user ") and "review" in who["what"], who
+    assert body["waiting"] == {**who, "since": body["waiting"]["since"]}
+    assert body["waiting"]["since"] == waited["status"]["timestamp"].replace("Z", "")[:23] + "Z"

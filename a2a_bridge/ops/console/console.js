@@ -73,8 +73,14 @@
   // A terminal task shows how it ended, by its A2A state: the Task Status' terminal_reason groups several ends under
   // one word (CANCELED under "completed"), which would misread here; the task's page explains the three views.
   function phaseView(row) {
-    if (!row.ended) return [row.status.phase];
+    if (!row.ended) return [row.status.phase, mustAct(row.waiting)];
     return [`${row.status.phase}: ${row.ended}`];
+  }
+
+  // Who must act for the task to go on, when it is not its agent at work: the operator, a user, the bridge.
+  function mustAct(waiting) {
+    if (!waiting || waiting.who.startsWith('agent ')) return null;
+    return el('span', { class: 'must-act', 'data-who': waiting.who }, '→ ', el('bdi', { text: waiting.who }), ': ', el('bdi', { text: waiting.what }));
   }
 
   function listParams(extra = {}) {
