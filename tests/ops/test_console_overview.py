@@ -153,8 +153,11 @@ def test_each_tasks_timeline_says_what_happened_and_who_must_act(planted: tuple[
     past = detail(server, ids["past_lease"])
     assert past["waiting"]["who"] == "bridge" and "lease" in past["waiting"]["what"]
     owner_view = httpx.get(f"{server.agent('raising')}/tasks/{ids['failed']}/claim", timeout=10)
-    if owner_view.status_code == 200:
-        assert all("failure" not in event["evidence"] for event in owner_view.json()["events"]), "the error is the operator's"
+    assert owner_view.status_code == 200, "the demo's anonymous caller owns the task it sent"
+    assert owner_view.json()["events"][-1]["operation"] == "fail"
+    assert all("failure" not in event["evidence"] for event in owner_view.json()["events"]), "the error is the operator's"
+    operator_view = httpx.get(f"{server.agent('raising')}/tasks/{ids['failed']}/claim", headers=OPERATOR, timeout=10)
+    assert operator_view.json()["events"][-1]["evidence"]["failure"] == {"type": "RuntimeError", "message": RAISED}
 
 
 def test_the_page_shows_the_queue_the_timelines_and_acts_from_the_keyboard(

@@ -5,8 +5,8 @@
 // and the feed then only refreshes the rows that page shows. Pages go on with the server's `next` cursor. The dead
 // letters (/console/api/webhooks/dead) are read when their view opens, on Refresh and after each redelivery. The
 // overview (/console/api/overview, drawn by overview.js) is the page shown on signing in, read again as the feed
-// reports changes; a task's page shows its timeline (timeline.js). Every action asks for confirmation first, naming
-// its consequence and taking an optional reason, which the server keeps in the claim's evidence.
+// reports changes; a task's page shows its timeline (timeline.js). Every action asks for confirmation first (confirm.js),
+// naming its consequence and taking an optional reason, which the server keeps in the claim's evidence.
 'use strict';
 
 (() => {
@@ -229,69 +229,14 @@
     if (!$('#overview-view').hidden) loadOverview();
   }
 
-  // --- confirmation ---------------------------------------------------------------------------------------------
+  // --- confirmation (confirm.js) -----------------------------------------------------------------------------
 
-  // The confirmation dialog (a modal <dialog>: focus stays in it, Escape closes it): its title, the consequence of
-  // the action, an optional reason. Resolves to {reason} when confirmed, null when not.
-  function confirmAction({ title, consequence, verb, danger = false, reason = true }) {
-    const dialog = $('#confirm');
-    const form = $('#confirm-form');
-    $('#confirm-title').textContent = title;
-    $('#confirm-consequence').replaceChildren(...consequence);
-    const text = $('#confirm-reason');
-    text.value = '';
-    text.hidden = !reason;
-    $('#confirm-reason-label').hidden = !reason;
-    const yes = $('#confirm-yes');
-    yes.textContent = verb;
-    yes.className = danger ? 'danger solid' : 'primary';
-    const opener = document.activeElement;
-    dialog.showModal();
-    (reason ? text : yes).focus();
-    return new Promise((resolve) => {
-      const finish = (answer) => {
-        form.removeEventListener('submit', onYes);
-        $('#confirm-no').removeEventListener('click', onNo);
-        dialog.removeEventListener('cancel', onEscape);
-        if (dialog.open) dialog.close();
-        if (opener && opener.isConnected) opener.focus();
-        resolve(answer);
-      };
-      const onYes = (event) => {
-        event.preventDefault();
-        finish({ reason: text.value.trim() });
-      };
-      const onNo = () => finish(null);
-      const onEscape = (event) => {
-        event.preventDefault();
-        finish(null);
-      };
-      form.addEventListener('submit', onYes);
-      $('#confirm-no').addEventListener('click', onNo);
-      dialog.addEventListener('cancel', onEscape);
-    });
-  }
-
-  const idOf = (id) => el('code', {}, el('bdi', { text: id }));
-
-  const CONSEQUENCES = {
-    approve: (row) => ({
-      title: 'Approve this deploy?', verb: 'Approve', danger: false,
-      consequence: ['Task ', idOf(row.id), ' of ', el('bdi', { text: row.agent }), ' goes on at once: the deploy rolls out. ',
-        'An approval cannot be taken back; a rollout already under way can only be canceled.'],
-    }),
-    cancel: (row) => ({
-      title: 'Cancel this task?', verb: 'Cancel the task', danger: true,
-      consequence: ['Task ', idOf(row.id), ' of ', el('bdi', { text: row.agent }), ' is stopped: its turn is interrupted, the ',
-        'agent\'s cancel runs and clients see it CANCELED. It cannot be resumed. A task whose outcome is unknown ',
-        '(needs reconciliation) keeps the cancel on record until it is reconciled.'],
-    }),
-  };
+  const confirmAction = (options) => confirmParts.ask(options);
 
   // Approve or cancel, once confirmed; the button stays disabled while the server answers.
   async function confirmed(action, row, button) {
     button.disabled = true;
-    const answer = await confirmAction(CONSEQUENCES[action](row));
+    const answer = await confirmAction(confirmParts[action](row));
     if (!answer) {
       button.disabled = false;
       return;
@@ -352,12 +297,7 @@
         click: async (event) => {
           const button = event.currentTarget;
           button.disabled = true;
-          const answer = await confirmAction({
-            title: 'Deliver this webhook again?', verb: 'Deliver again', reason: false,
-            consequence: ['The push notifications of task ', idOf(letter.taskId), ' to config ', idOf(letter.configId),
-              ` are sent again from revision ${letter.deliveredRevision}, with the same ids, and retried as before; `,
-              'the receiver may get events it had already taken.'],
-          });
+          const answer = await confirmAction(confirmParts.redeliver(letter));
           if (!answer) {
             button.disabled = false;
             return;
@@ -511,13 +451,6 @@
     ]));
   }
 
-  const RECONCILED = {
-    completed: 'ends COMPLETED, recorded as done: its work is not run again.',
-    cancelled: 'ends CANCELED, recorded as stopped (it needs a cancel on record): its work is not run again.',
-    continue: 'runs its step again in a new turn: whatever the lost turn did may be done twice.',
-    uncertain: 'stays waiting for reconciliation, marked uncertain, until someone finds out what happened.',
-  };
-
   function reconcileForm(row) {
     const form = $('#reconcile-template').content.firstElementChild.cloneNode(true);
     const pairs = $('.pairs', form);
@@ -544,10 +477,7 @@
       const outcome = form.outcome.value;
       const button = form.querySelector('[type=submit]');
       button.disabled = true;
-      confirmAction({
-        title: `Reconcile as ${outcome}?`, verb: `Reconcile: ${outcome}`, danger: outcome === 'continue',
-        consequence: ['Task ', idOf(row.id), ' ', RECONCILED[outcome], ' Your evidence is kept in its claim.'],
-      }).then((answer) => {
+      confirmAction(confirmParts.reconcile(row, outcome)).then((answer) => {
         if (!answer) {
           button.disabled = false;
           return;
@@ -737,6 +667,9 @@
     $('#sign-out').hidden = true;
     $('#views').hidden = true;
     $('#dead-letters tbody').replaceChildren();
+    clearTimeout(state.overviewTimer);
+    state.overviewLoads += 1;
+    $('#attention-items').replaceChildren();
     $('#sign-in-error').textContent = message;
     route();
   }
@@ -777,6 +710,7 @@
   const helpers = { el, $, shortId, moment, ago, itemActions };
   const overviewParts = window.A2AConsoleParts.overview(helpers);
   const timelineParts = window.A2AConsoleParts.timeline(helpers);
+  const confirmParts = window.A2AConsoleParts.confirm(helpers);
 
   $('#sign-in-form').addEventListener('submit', signIn);
   $('#sign-out').addEventListener('click', () => signOut());
