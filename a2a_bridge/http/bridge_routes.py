@@ -132,12 +132,20 @@ def claim_fields(claim: Claim) -> dict[str, Any]:
     }
 
 
+CLAIM_EVENT_FIELDS = ("claim_generation", "operation", "state", "evidence", "at")
+"""What the claim view shows of each event (the ledger keeps each one's session and lease too, for the console)."""
+
+
+def claim_event_fields(event: dict[str, Any]) -> dict[str, Any]:
+    return {name: event[name] for name in CLAIM_EVENT_FIELDS}
+
+
 def claim_view(record: TaskRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "taskId": record.task_id,
         "agent": record.agent,
         **claim_fields(record.claim),
-        "events": [{**event, "at": iso(event["at"])} for event in events],
+        "events": [{**claim_event_fields(event), "at": iso(event["at"])} for event in events],
     }
 
 

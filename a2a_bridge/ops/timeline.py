@@ -64,9 +64,11 @@ def claim_entries(event: dict[str, Any], operators: frozenset[str] = frozenset()
     at = iso(event["at"])
     evidence = event["evidence"] if isinstance(event["evidence"], dict) else {}
     operation = event["operation"]
+    lease = event.get("lease_until")
     entries = [{
         "at": at, "kind": "claim", "title": f"{operation} → {event['state']}",
         "detail": CLAIM_WORDS.get(operation, ""), "generation": event["claim_generation"], "evidence": evidence,
+        "session": event.get("session_generation"), "lease": iso(lease) if lease is not None else None,
     }]
     if isinstance(evidence.get("a2a_state"), str):
         entries.append({

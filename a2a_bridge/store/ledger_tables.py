@@ -69,7 +69,11 @@ claim_events_table = Table(
     Column("state", String(40), nullable=False),
     Column("evidence", JSON, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
+    Column("session_generation", Integer, nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
 )
+"""`session_generation` and `lease_until` are the claim's after the operation (the console's timeline shows them);
+added after the table, so a database made before gets them at start (`SqlLedger`), and its older events have none."""
 
 messages_table = Table(
     "bridge_messages",

@@ -76,7 +76,11 @@ _RECORD = select(records_table).where(records_table.c.task_id == bindparam("task
 """One task's record: built once, as building the statement costs more than its round trip."""
 
 
-ADDED_COLUMNS = ((messages_table.name, "session", "INTEGER"), (records_table.name, "version", "INTEGER NOT NULL DEFAULT 0"))
+ADDED_COLUMNS = (
+    (messages_table.name, "session", "INTEGER"), (records_table.name, "version", "INTEGER NOT NULL DEFAULT 0"),
+    (claim_events_table.name, "session_generation", "INTEGER"),
+    (claim_events_table.name, "lease_until", "TIMESTAMP WITH TIME ZONE"),
+)
 """Columns added to a table after it was first made: (table, column, type); a database made before gets them at start."""
 
 
@@ -379,11 +383,9 @@ class SqlLedger(SqlDeliveries):
             rows = (await conn.execute(select(table).where(table.c.task_id == task_id).order_by(table.c.id))).all()
         return [
             {
-                "claim_generation": r.claim_generation,
-                "operation": r.operation,
-                "state": r.state,
-                "evidence": r.evidence,
-                "at": utc(r.at),
+                "claim_generation": r.claim_generation, "operation": r.operation, "state": r.state,
+                "evidence": r.evidence, "at": utc(r.at), "session_generation": r.session_generation,
+                "lease_until": utc(r.lease_until),
             }
             for r in rows
         ]

@@ -145,7 +145,10 @@ class TaskWriter:
         )
         updated = claims.apply(claim, op, now, self.env.settings.lease)
         live.record.claim = updated
-        live.claim_log.append(ClaimEvent(live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now))
+        live.claim_log.append(ClaimEvent(
+            live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now,
+            updated.session_generation, updated.lease_until,
+        ))
         return updated
 
     @staticmethod

@@ -143,6 +143,8 @@ def test_each_tasks_timeline_says_what_happened_and_who_must_act(planted: tuple[
     assert "resume" in approved["title"] and approved["reason"] is None, "the crash test's approval, without a reason"
     assert action["reason"] == UNCERTAIN_REASON and "reconcile uncertain" in action["title"]
     assert uncertain["waiting"]["who"] == "operator"
+    claimed = next(e for e in uncertain["timeline"] if e["kind"] == "claim" and e["title"].startswith("claim "))
+    assert claimed["session"] >= 1 and claimed["lease"] > claimed["at"], "each claim operation keeps its session and lease"
     claim = [e["title"].split(" ")[0] for e in uncertain["timeline"] if e["kind"] == "claim"]
     assert claim[:4] == ["create", "claim", "ask", "resume"] and claim[-2:] == ["invalidate", "reconcile_uncertain"]
     approval = detail(server, ids["approval"])

@@ -31,6 +31,15 @@ window.A2AConsoleParts.timeline = (h) => {
         'terminal_reason; the A2A state above says how this task ended.'));
   }
 
+  // A claim operation's generation, and the session and lease its claim had after it (events stored before the
+  // ledger kept those have none).
+  function claimFacts(entry) {
+    const facts = [` · generation ${entry.generation}`];
+    if (entry.session) facts.push(`session ${entry.session}`);
+    if (entry.lease) facts.push(`lease until ${entry.lease.slice(11, 19)}`);
+    return facts.join(' · ');
+  }
+
   function entryView(entry) {
     const extra = [];
     if (entry.reason) extra.push(el('p', { class: 'reason-given' }, 'reason: ', el('q', {}, el('bdi', { text: entry.reason }))));
@@ -42,7 +51,7 @@ window.A2AConsoleParts.timeline = (h) => {
       el('span', { class: `tag kind-${entry.kind}`, text: KIND_LABELS[entry.kind] || entry.kind }),
       el('div', { class: 'body' },
         el('div', { class: 'title' }, el('bdi', { text: entry.title }),
-          entry.generation !== undefined ? el('span', { class: 'hint', text: ` · generation ${entry.generation}` }) : null),
+          entry.generation !== undefined ? el('span', { class: 'hint claim-facts', text: claimFacts(entry) }) : null),
         entry.detail ? el('div', { class: 'detail' }, el('bdi', { text: entry.detail })) : null,
         extra));
   }
