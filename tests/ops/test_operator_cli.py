@@ -95,7 +95,8 @@ def test_tasks_json_is_one_document_of_the_console_rows(bridge: ServerProcess) -
     [deploy] = start_deploys(bridge, "cli-json", 1)
     document = json.loads(ok(bridge, "tasks", "--json", "--limit", "200", columns=80))
     [row] = [row for row in document["tasks"] if row["id"] == deploy]
-    assert set(row) == {"id", "context_id", "agent", "created_at", "state", "ended", "message", "status", "claim", "actions"}
+    fields = {"id", "context_id", "agent", "created_at", "state", "ended", "message", "status", "claim", "actions", "waiting"}
+    assert set(row) == fields
     assert (row["agent"], row["state"], row["actions"]) == ("deployer", "TASK_STATE_AUTH_REQUIRED", ["approve", "cancel"])
     assert row["claim"]["state"] == "awaiting_reply" and row["status"]["phase"] == "processing"
 
