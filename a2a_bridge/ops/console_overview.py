@@ -100,7 +100,8 @@ class Overview:
         }
 
     async def attention(self, counts: ledger_views.Counts) -> dict[str, Any]:
-        """The attention queue: its items, the most urgent kinds first, and how many there are of each kind."""
+        """The attention queue: its items, the most urgent kinds first, and how many there are of each kind (approvals
+        and uncertain outcomes among the ATTENTION_LIMIT records read of their kind; the others counted in full)."""
         now = self.around.clock.now()
         waiting, approvals = await self._approvals()
         reconcile, uncertain = await self._unreconciled()
