@@ -46,6 +46,7 @@ from a2a_bridge.http.request_guard import RequestGuard
 from a2a_bridge.http.rest_errors import RestErrorText
 from a2a_bridge.http.webhook_routes import WebhookEndpoints
 from a2a_bridge.ops.console_app import Console
+from a2a_bridge.ops.console_overview import Surroundings
 from a2a_bridge.ops.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
 from a2a_bridge.push.outbox import Outbox
 from a2a_bridge.push.webhooks import WebhookPolicy, WebhookPoster, webhook_client
@@ -366,7 +367,13 @@ class Bridge:
         demo = tokens.get(DEMO_OPERATOR_TOKEN, Principal("")).kind == "operator"
         hosts = {name: agent.host for name, agent in self.agents.items()}
         approvals = {name for name, agent in self.agents.items() if agent.spec.approvals}
-        console = Console(self.ledger, hosts, approvals, tokens, demo).app()
+        engine = self.stores.engine
+        around = Surroundings(
+            self.clock, self.metrics.minutes, "memory" if engine is None else engine.dialect.name, self.stores.reachable,
+            lambda: self.sessions.session,
+            lambda: {name: (a.host.replicas.dead, a.host.replicas.dying) for name, a in self.agents.items()},
+        )
+        console = Console(self.ledger, hosts, approvals, tokens, demo, around).app()
         routes: list[BaseRoute] = [
             Route("/", index, methods=["GET"]),
             Route(CARD_PATH, root_card, methods=["GET"]),

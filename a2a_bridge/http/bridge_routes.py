@@ -23,7 +23,8 @@ from a2a_bridge.core.states import state_name
 from a2a_bridge.core.task_status import action_requests, status_object
 from a2a_bridge.store.ledger import TaskRecord
 from a2a_bridge.store.store_faults import OUTAGE, StoreUnavailable, transient
-from a2a_bridge.tasks.live_tasks import REQUESTED_BY
+from a2a_bridge.http.operator_reasons import BadReason, optional_reason, reason_in, with_reason
+from a2a_bridge.tasks.live_tasks import OPERATOR_REASON, REQUESTED_BY
 from a2a_bridge.tasks.task_host import TaskHost
 
 MAX_WAIT = 60.0
@@ -131,13 +132,30 @@ def claim_fields(claim: Claim) -> dict[str, Any]:
     }
 
 
+CLAIM_EVENT_FIELDS = ("claim_generation", "operation", "state", "evidence", "at")
+"""What the claim view shows of each event (the ledger keeps each one's session and lease too, for the console)."""
+
+
+def claim_event_fields(event: dict[str, Any]) -> dict[str, Any]:
+    return {name: event[name] for name in CLAIM_EVENT_FIELDS}
+
+
 def claim_view(record: TaskRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "taskId": record.task_id,
         "agent": record.agent,
         **claim_fields(record.claim),
-        "events": [{**event, "at": iso(event["at"])} for event in events],
+        "events": [{**claim_event_fields(event), "at": iso(event["at"])} for event in events],
     }
+
+
+def without_failure(event: dict[str, Any]) -> dict[str, Any]:
+    """A claim event as the task's owner reads it: a failed turn's exception (`failure`) is the operator's to read,
+    the owner has the task's generic message."""
+    evidence = event["evidence"]
+    if not isinstance(evidence, dict) or "failure" not in evidence:
+        return event
+    return {**event, "evidence": {k: v for k, v in evidence.items() if k != "failure"}}
 
 
 class BridgeEndpoints:
@@ -274,7 +292,10 @@ class BridgeEndpoints:
         record = await self._record_for(request, task_id)
         if record is None:
             return not_found(task_id)
-        return JSONResponse(claim_view(record, await self.host.ledger.claim_events(task_id)))
+        events = await self.host.ledger.claim_events(task_id)
+        if not self.is_operator(self.caller(request)):
+            events = [without_failure(event) for event in events]
+        return JSONResponse(claim_view(record, events))
 
     async def _record_for(self, request: Request, task_id: str) -> TaskRecord | None:
         """The record of a task the caller owns, or of any task of this agent for an operator."""
@@ -302,10 +323,14 @@ class BridgeEndpoints:
             return problem(
                 400, "INVALID_ARGUMENT", "send {\"outcome\": completed|cancelled|continue|uncertain, \"evidence\": {...}}"
             )
+        try:
+            reason = reason_in(body)
+        except BadReason as bad:
+            return problem(400, "INVALID_ARGUMENT", str(bad))
         if await self.host.ledger.get(task_id) is None:
             return not_found(task_id)
         try:
-            record = await self.host.reconcile(task_id, outcome, evidence)
+            record = await self.host.reconcile(task_id, outcome, with_reason(evidence, reason))
         except ClaimError as refused:
             return problem(409, "FAILED_PRECONDITION", refused.detail, reason=refused.reason, taskId=task_id)
         except StoreUnavailable:
@@ -319,8 +344,13 @@ class BridgeEndpoints:
         record = await self.host.ledger.get(task_id)
         if not self.is_operator(caller) or record is None or record.agent != self.host.agent:
             return not_found(task_id)
+        try:
+            reason = await optional_reason(request)
+        except BadReason as bad:
+            return problem(400, "INVALID_ARGUMENT", str(bad), taskId=task_id)
         owner = owner_context(record.owner)
         owner.state[REQUESTED_BY] = caller.user.user_name
+        owner.state[OPERATOR_REASON] = reason
         try:
             task = await self.host.cancel(task_id, owner)
         except StoreUnavailable:
@@ -340,6 +370,10 @@ class BridgeEndpoints:
         record = await self.host.ledger.get(task_id)
         if record is None or record.agent != self.host.agent or not self.may_approve(caller, record):
             return not_found(task_id)
+        try:
+            reason = await optional_reason(request)
+        except BadReason as bad:
+            return problem(400, "INVALID_ARGUMENT", str(bad), taskId=task_id)
         owner = owner_context(record.owner)
         task = await self.host.get(task_id, owner)
         if task is None:
@@ -350,7 +384,8 @@ class BridgeEndpoints:
             or not any(r.actor == "operator" and r.action == "approve" for r in action_requests(task))
         ):
             return problem(409, "FAILED_PRECONDITION", "Task is not waiting for approval", taskId=task_id)
-        refused = await self._resumed(task_id, owner, APPROVED, {"signal": APPROVED, "by": actor(caller_name(caller))})
+        evidence = with_reason({"signal": APPROVED, "by": actor(caller_name(caller))}, reason)
+        refused = await self._resumed(task_id, owner, APPROVED, evidence)
         return refused or JSONResponse({"approved": True, "taskId": task_id})
 
     async def _resumed(

@@ -40,6 +40,8 @@ from a2a_bridge.core.states import STATE_TABLE, is_terminal, state_name
 from a2a_bridge.core.task_status import action_requests, status_object
 from a2a_bridge.http.bridge_routes import BridgeEndpoints, claim_fields, claim_view, not_found, problem
 from a2a_bridge.http.webhook_routes import delivery_view
+from a2a_bridge.ops.console_overview import Overview, Surroundings
+from a2a_bridge.ops.timeline import timeline, waiting_on
 from a2a_bridge.store.ledger import Ledger, TaskQuery, TaskRecord
 from a2a_bridge.tasks.task_host import TaskHost
 
@@ -132,7 +134,8 @@ class Console:
     """The console's API over every served agent's host and the shared ledger."""
 
     def __init__(
-        self, ledger: Ledger, hosts: dict[str, TaskHost], approvals: set[str], tokens: dict[str, Principal], demo: bool
+        self, ledger: Ledger, hosts: dict[str, TaskHost], approvals: set[str], tokens: dict[str, Principal], demo: bool,
+        around: Surroundings,
     ) -> None:
         self.ledger = ledger
         self.hosts = hosts
@@ -140,11 +143,16 @@ class Console:
         self.tokens = tokens
         self.demo = demo
         """Whether the server accepts the demo operator token (no principals configured)."""
+        self.around = around
+        self.operators = frozenset(p.user_name for p in tokens.values() if p.kind == "operator")
+        pushing = [name for name, host in sorted(hosts.items()) if host.push is not None]
+        self.overview_of = Overview(ledger, sorted(hosts), pushing, approvals, self._found, around)
 
     def app(self) -> ASGIApp:
         return SecurityHeaders(Starlette(
             routes=[
                 Route("/api/info", self.info, methods=["GET"]),
+                Route("/api/overview", self.overview, methods=["GET"]),
                 Route("/api/tasks", self.tasks, methods=["GET"]),
                 Route("/api/tasks/{task_id}", self.task, methods=["GET"]),
                 Route("/api/tasks/{task_id}/status", self.status, methods=["GET"]),
@@ -229,6 +237,7 @@ class Console:
             "status": status_object(task, record)["status"],
             "claim": claim_fields(claim),
             "actions": self.actions(task, record),
+            "waiting": waiting_on(task, record, [], self.around.clock.now()),
         }
 
     async def rows(self, records: list[TaskRecord]) -> list[dict[str, Any]]:
@@ -299,14 +308,26 @@ class Console:
         if found is None:
             return not_found(task_id)
         task, live = found
+        events = await self.ledger.claim_events(task_id)
+        deliveries = await self.ledger.deliveries(live.agent, task_id=task_id)
         return JSONResponse(
             {
                 "row": self.row(task, live),
                 "task": MessageToDict(task),
-                "claim": claim_view(live, await self.ledger.claim_events(task_id)),
-                "webhooks": [delivery_view(d) for d in await self.ledger.deliveries(live.agent, task_id=task_id)],
+                "claim": claim_view(live, events),
+                "webhooks": [delivery_view(d) for d in deliveries],
+                "timeline": timeline(task, live, events, deliveries, self.operators),
+                "waiting": waiting_on(task, live, events, self.around.clock.now()),
             }
         )
+
+    async def overview(self, request: Request) -> Response:
+        """The overview: tasks counted by agent, phase, A2A and claim state; the attention queue; the last hour's
+        traffic; sessions and replicas; the store's health."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        return JSONResponse(await self.overview_of.view())
 
     async def dead_letters(self, request: Request) -> Response:
         """The push outbox's dead letters across the agents, the latest to start failing first, each with its agent."""

@@ -43,6 +43,7 @@ from starlette.responses import JSONResponse, Response
 
 from a2a_bridge.core.auth import Principal, bearer_token
 from a2a_bridge.core.states import STATE_TABLE
+from a2a_bridge.ops.minute_ring import MinuteRing
 
 Result = TypeVar("Result")
 
@@ -81,6 +82,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
+        self.minutes = MinuteRing()
+        """The last hour minute by minute, for the console's charts."""
         self.requests = Counter(
             "a2a_bridge_requests", "A2A requests answered, by agent, A2A method and outcome (ok or the A2A error)",
             ["agent", "method", "outcome"], registry=registry,
@@ -210,6 +213,7 @@ class MeteredExecutor(AgentExecutor):
 
     def __init__(self, inner: AgentExecutor, agent: str, metrics: Metrics) -> None:
         self.inner = inner
+        self.minutes = metrics.minutes
         self.durations = {ended: metrics.turns.labels(agent, ended) for ended in ("returned", "raised", "cancelled")}
         """The histogram's child per outcome, taken once (`labels()` costs about three observations)."""
 
@@ -223,7 +227,9 @@ class MeteredExecutor(AgentExecutor):
             ended = "raised"
             raise
         finally:
-            self.durations[ended].observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.durations[ended].observe(elapsed)
+            self.minutes.turn(elapsed, ended == "raised")
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         await self.inner.cancel(context, event_queue)
@@ -246,6 +252,7 @@ class MeteredHandler(RequestHandler):
         if counter is None:
             counter = self._counters[key] = self.metrics.requests.labels(self.agent, *key)
         counter.inc()
+        self.metrics.minutes.request()
 
     async def _counted(self, method: str, call: Awaitable[Result]) -> Result:
         error: BaseException | None = None

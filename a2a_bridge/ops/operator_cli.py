@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from a2a_bridge.core.arg_types import http_url, positive_count
 from a2a_bridge.core.config import DEMO_OPERATOR_TOKEN
+from a2a_bridge.http.operator_reasons import MAX_REASON
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TOKEN_ENV = "A2A_BRIDGE_TOKEN"
@@ -213,10 +214,21 @@ def run_status(args: argparse.Namespace, operator: Operator, out: Console) -> No
     out.print("the task has ended")
 
 
+def with_reason(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """The action's JSON body, with `--reason` when given (the server keeps it in the claim's evidence)."""
+    return {**body, "reason": args.reason} if args.reason else body
+
+
 def run_approve(args: argparse.Namespace, operator: Operator, out: Console) -> None:
     agent = operator.agent_of(args.task, args.agent)
-    operator.request("POST", f"/{agent}/approve/{args.task}")
+    operator.request("POST", f"/{agent}/approve/{args.task}", json=with_reason(args, {}))
     out.print(f"approved {escape(args.task)} ({escape(agent)}): the deploy resumes")
+
+
+def reason_text(text: str) -> str:
+    if len(text) > MAX_REASON:
+        raise argparse.ArgumentTypeError(f"at most {MAX_REASON} characters")
+    return text
 
 
 def evidence_pair(text: str) -> tuple[str, str]:
@@ -228,7 +240,7 @@ def evidence_pair(text: str) -> tuple[str, str]:
 
 def run_reconcile(args: argparse.Namespace, operator: Operator, out: Console) -> None:
     agent = operator.agent_of(args.task, args.agent)
-    body = {"outcome": args.outcome, "evidence": dict(args.evidence)}
+    body = with_reason(args, {"outcome": args.outcome, "evidence": dict(args.evidence)})
     view = operator.request("POST", f"/{agent}/tasks/{args.task}/reconcile", json=body)
     out.print(
         f"reconciled {escape(args.task)} ({escape(agent)}) as {args.outcome}: "
@@ -238,7 +250,7 @@ def run_reconcile(args: argparse.Namespace, operator: Operator, out: Console) ->
 
 def run_cancel(args: argparse.Namespace, operator: Operator, out: Console) -> None:
     agent = operator.agent_of(args.task, args.agent)
-    answer = operator.request("POST", f"/{agent}/tasks/{args.task}/cancel")
+    answer = operator.request("POST", f"/{agent}/tasks/{args.task}/cancel", json=with_reason(args, {}))
     state = short_state(answer["state"])
     if state == "CANCELED":
         out.print(f"canceled {escape(args.task)} ({escape(agent)})")
@@ -314,7 +326,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     )
     status = add("status", "a task's Task Status object, for people (with --agent, from the agent as the task's owner)", run_status)
     status.add_argument("--watch", action="store_true", help="follow the status stream until the task ends")
-    add("approve", "approve a deploy waiting for an operator", run_approve)
+    approve = add("approve", "approve a deploy waiting for an operator", run_approve)
     reconcile = add("reconcile", "report the outcome of a task in needs_reconciliation", run_reconcile)
     reconcile.add_argument(
         "--outcome", required=True, choices=OUTCOMES,
@@ -325,6 +337,10 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "--evidence", required=True, nargs="+", action="extend", type=evidence_pair, metavar="KEY=VALUE",
         help="what shows the outcome (at least one)",
     )
-    add("cancel", "cancel a task as the operator", run_cancel)
+    cancel = add("cancel", "cancel a task as the operator", run_cancel)
+    for acting in (approve, reconcile, cancel):
+        acting.add_argument(
+            "--reason", type=reason_text, help="why (optional): kept in the claim's evidence, shown on the console's timeline",
+        )
     redeliver = add("redeliver", "deliver a task's dead-lettered push notifications again", run_redeliver)
     redeliver.add_argument("--config", help="only this push config's (default: every dead letter of the task)")

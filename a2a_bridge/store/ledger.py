@@ -87,7 +87,7 @@ class SentMessage(NamedTuple):
 
 
 class ClaimEvent(NamedTuple):
-    """One claim operation posted for a task, with its evidence."""
+    """One claim operation posted for a task, with its evidence, and the session and lease its claim had after it."""
 
     task_id: str
     claim_generation: int
@@ -95,27 +95,27 @@ class ClaimEvent(NamedTuple):
     state: str
     evidence: dict[str, Any]
     at: datetime
+    session_generation: int | None = None
+    lease_until: datetime | None = None
 
     def row(self) -> dict[str, Any]:
-        return {
-            "task_id": self.task_id, "claim_generation": self.claim_generation, "operation": self.operation,
-            "state": self.state, "evidence": self.evidence, "at": self.at,
-        }
+        return self._asdict()
 
     def packed(self) -> bytes:
         """The event as one JSON line, its task id aside: how a memory store keeps it (a few hundred bytes less per
         event than its objects; JSON, as the SQL stores keep the evidence)."""
-        return orjson.dumps((self.claim_generation, self.operation, self.state, self.evidence, self.at)) + b"\n"
+        return orjson.dumps(self[1:]) + b"\n"
 
 
 def unpacked(lines: bytes) -> list[dict[str, Any]]:
     """The claim events `ClaimEvent.packed` wrote, as the rows `Ledger.claim_events` answers, in their order."""
     rows = []
     for line in lines.splitlines():
-        generation, operation, state, evidence, at = orjson.loads(line)
+        generation, operation, state, evidence, at, session, lease = orjson.loads(line)
         rows.append({
             "claim_generation": generation, "operation": operation, "state": state, "evidence": evidence,
-            "at": datetime.fromisoformat(at),
+            "at": datetime.fromisoformat(at), "session_generation": session,
+            "lease_until": datetime.fromisoformat(lease) if lease is not None else None,
         })
     return rows
 

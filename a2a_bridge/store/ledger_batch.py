@@ -131,7 +131,7 @@ def bound_bytes(parameters: Any) -> int:
     return sum(len(value) for value in bound_values(parameters) if isinstance(value, str | bytes))
 
 
-EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence", "at"]
+EVENT_COLUMNS = ["task_id", "claim_generation", "operation", "state", "evidence", "at", "session_generation", "lease_until"]
 """A claim event's columns as `ClaimEvent.row` gives them (the id is the table's own)."""
 
 

@@ -79,7 +79,11 @@ claim_events_table = Table(
     Column("state", String(40), nullable=False),
     Column("evidence", JSON, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
+    Column("session_generation", Integer, nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
 )
+"""`session_generation` and `lease_until` are the claim's after the operation (the console's timeline shows them);
+added after the table, so a database made before gets them at start (`SqlLedger`), and its older events have none."""
 
 messages_table = Table(
     "bridge_messages",
@@ -130,6 +134,24 @@ deliveries_table = Table(
 """The outbox of push notifications: one row per task and push config, the revision delivered up to; what is still to
 deliver is the task's event log after it (`events_table`), written in the same transaction as the events."""
 
+ADDED_INDEXES = (
+    Index("ix_bridge_tasks_overview", records_table.c.agent, records_table.c.state, records_table.c.claim_state),
+    Index("ix_bridge_tasks_lease", records_table.c.claim_state, records_table.c.lease_until),
+    Index("ix_bridge_tasks_created", records_table.c.created_at.desc(), records_table.c.task_id),
+    Index("ix_bridge_claim_events_operation_at", claim_events_table.c.operation, claim_events_table.c.at),
+)
+"""Indexes of the operator's overview (`ledger_views`) and list: the counts by agent, A2A state and claim state read
+from one index, claims past their lease and the failures of the last hour found without a scan, the newest tasks
+first without a sort. Added after their tables, so a
+database made before gets them at start (`add_indexes`)."""
+
+
+def add_indexes(conn: Any) -> None:
+    """Create the indexes of ADDED_INDEXES a database lacks (run on a synchronous connection)."""
+    for index in ADDED_INDEXES:
+        index.create(conn, checkfirst=True)
+
+
 sessions_table = Table(
     "bridge_sessions",
     metadata,
@@ -142,6 +164,8 @@ ADDED_COLUMNS = (
     (messages_table.name, "session", "INTEGER"),
     (records_table.name, "version", "INTEGER NOT NULL DEFAULT 0"),
     (records_table.name, "stored_bytes", "BIGINT NOT NULL DEFAULT 0"),
+    (claim_events_table.name, "session_generation", "INTEGER"),
+    (claim_events_table.name, "lease_until", "TIMESTAMP WITH TIME ZONE"),
 )
 """Columns added to a table after it was first made: (table, column, type); a database made before gets them at start,
 with the indexes of `records_table` (`create_all` makes no index of a table it finds made)."""
@@ -159,8 +183,8 @@ def missing_columns(conn: Connection) -> list[tuple[str, str, str]]:
 
 
 def create_or_migrate(conn: Connection, shared: bool) -> None:
-    """Make the ledger's tables that are missing, and give those made before a column was added the column (and the
-    indexes of the records); `shared` (PostgreSQL, where replicas may start at once) adds them only if absent."""
+    """Make the ledger's tables that are missing, and give those made before a column or an index was added the column
+    (and the indexes of the records) and the index; `shared` (PostgreSQL, where replicas may start at once) adds them only if absent."""
     metadata.create_all(conn)
     exists = " IF NOT EXISTS" if shared else ""
     missing = missing_columns(conn)
@@ -169,6 +193,7 @@ def create_or_migrate(conn: Connection, shared: bool) -> None:
     if missing:
         for index in records_table.indexes:
             index.create(conn, checkfirst=True)
+    add_indexes(conn)
 
 
 def utc(value: datetime | None) -> datetime | None:

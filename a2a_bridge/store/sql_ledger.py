@@ -370,11 +370,9 @@ class SqlLedger(SqlDeliveries):
             rows = (await conn.execute(select(table).where(table.c.task_id == task_id).order_by(table.c.id))).all()
         return [
             {
-                "claim_generation": r.claim_generation,
-                "operation": r.operation,
-                "state": r.state,
-                "evidence": r.evidence,
-                "at": utc(r.at),
+                "claim_generation": r.claim_generation, "operation": r.operation, "state": r.state,
+                "evidence": r.evidence, "at": utc(r.at), "session_generation": r.session_generation,
+                "lease_until": utc(r.lease_until),
             }
             for r in rows
         ]

@@ -22,6 +22,7 @@ from a2a_bridge.tasks.live_tasks import (
     LiveTask,
     TaskTable,
     agent_status,
+    cancel_evidence,
     canceled_text,
     may_use,
     requester,
@@ -111,7 +112,7 @@ class Canceller:
             await self._stop_turn(live, context, request_stored)
             return
         if not live.record.claim.cancellation_requested:
-            self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+            self.writer.post(live, Op("request_cancel"), cancel_evidence(context))
         if self._waits_for_operator(live, context):
             await self.writer.put_record(live)
             return
@@ -134,7 +135,7 @@ class Canceller:
         """Stop the turn and end the task CANCELED; what the store does not take now is kept for it (and the caller
         told StoreUnavailable). The agent's cancel() runs once the request is stored: on the claim first, unless
         `request_stored` (a replica that dies before the end is stored leaves the request to its recovery)."""
-        self.writer.post(live, Op("request_cancel"), {"requested_by": requester(context)})
+        self.writer.post(live, Op("request_cancel"), cancel_evidence(context))
         recorded = None if request_stored else asyncio.ensure_future(self._record(live))
         running, turn = live.running, live.running_turn
         if running is not None and turn is not None:

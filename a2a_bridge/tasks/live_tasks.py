@@ -32,6 +32,8 @@ from a2a_bridge.tasks.mailbox import Mailbox
 
 REQUESTED_BY = "requested_by"
 """The call context's state key naming who asked for a cancel made in the task owner's name (an operator)."""
+OPERATOR_REASON = "operator_reason"
+"""The call context's state key holding the reason an operator gave for a cancel, kept in the claim's evidence."""
 
 
 class TurnEnded(NamedTuple):
@@ -215,6 +217,12 @@ def canceled_text(context: ServerCallContext | None) -> str:
 def requester(context: ServerCallContext) -> str:
     """Who asked: an operator acting in the owner's name (`REQUESTED_BY` in the context's state), else the caller."""
     return str(context.state.get(REQUESTED_BY) or context.user.user_name or ANONYMOUS)
+
+
+def cancel_evidence(context: ServerCallContext) -> dict[str, Any]:
+    """What a cancel request's claim event records: who asked, and the operator's reason when one was given."""
+    reason = context.state.get(OPERATOR_REASON)
+    return {"requested_by": requester(context), **({"reason": str(reason)} if reason else {})}
 
 
 def last_user_message(task: Task) -> Message | None:

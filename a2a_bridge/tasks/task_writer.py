@@ -145,7 +145,10 @@ class TaskWriter:
         )
         updated = claims.apply(claim, op, now, self.env.settings.lease)
         live.record.claim = updated
-        live.claim_log.append(ClaimEvent(live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now))
+        live.claim_log.append(ClaimEvent(
+            live.task.id, updated.claim_generation, op.operation, updated.state, evidence, now,
+            updated.session_generation, updated.lease_until,
+        ))
         return updated
 
     @staticmethod
@@ -342,8 +345,12 @@ class TaskWriter:
             return ("request_cancel", operation)
         return (operation,)
 
-    async def apply(self, live: LiveTask, turn: int | None, event: Event, claim_ops: tuple[str, ...] | None = None) -> bool:
-        """Fence, fold, store and fan out one event; turn None is the bridge's own event. False if it was dropped."""
+    async def apply(
+        self, live: LiveTask, turn: int | None, event: Event, claim_ops: tuple[str, ...] | None = None,
+        evidence: dict[str, Any] | None = None,
+    ) -> bool:
+        """Fence, fold, store and fan out one event; turn None is the bridge's own event. False if it was dropped.
+        `evidence` goes with the claim operations the event posts, beside what the event shows."""
         if isinstance(event, Task):
             log.warning("ignored a second Task snapshot from the agent for task %s", live.task.id)
             return False
@@ -362,7 +369,8 @@ class TaskWriter:
         if turn is not None and live.size() + grows > self.env.settings.max_task_bytes:
             log.warning("task %s reached max_task_bytes (%d): its turn ends FAILED", live.task.id, self.env.settings.max_task_bytes)
             live.fenced.add(turn)
-            await self.fail(live, f"{FAILED_TEXT} It reached its size limit of {self.env.settings.max_task_bytes} bytes.")
+            limit = f"It reached its size limit of {self.env.settings.max_task_bytes} bytes."
+            await self.fail(live, f"{FAILED_TEXT} {limit}", {"type": "max_task_bytes", "message": limit})
             if live.running is not None:
                 live.running.cancel()
             return False
@@ -370,7 +378,7 @@ class TaskWriter:
         operations = self._claim_ops(live, event) if claim_ops is None else claim_ops
         try:
             for operation in operations:
-                self.post(live, Op(operation, local_operation_stopped=True), evidence_of(event))
+                self.post(live, Op(operation, local_operation_stopped=True), {**evidence_of(event), **(evidence or {})})
         except ClaimError as refused:
             live.record.claim = before
             log.warning("dropped an event for task %s: %s (%s)", live.task.id, refused.detail, refused.reason)
@@ -453,11 +461,12 @@ class TaskWriter:
         if push is not None and push.logs(live.task.id):
             push.stored(live.task.id, is_terminal(live.task.status.state))
 
-    async def fail(self, live: LiveTask, text: str = FAILED_TEXT) -> None:
-        """End a task FAILED with the generic message (the agent raised, or what it sent cannot be stored)."""
+    async def fail(self, live: LiveTask, text: str = FAILED_TEXT, failure: dict[str, str] | None = None) -> None:
+        """End a task FAILED with the generic message (the agent raised, or what it sent cannot be stored); `failure`
+        (the error's type and message) is kept in the claim's evidence, for the operator only."""
         if not is_terminal(live.task.status.state):
             failed = agent_status(live.task, TaskState.TASK_STATE_FAILED, text, self.env.new_id())
-            await self.apply(live, None, status_event_for(live.task, failed))
+            await self.apply(live, None, status_event_for(live.task, failed), evidence={"failure": failure} if failure else None)
 
     def end_turn(self, live: LiveTask, turn: int) -> None:
         """Tell the turn's listeners it is over; streams still open across AUTH_REQUIRED follow the task on."""

@@ -116,7 +116,7 @@ class TurnExecution:
             else:
                 log.error("agent %s raised in turn %s", env.agent, queue.turn,
                           exc_info=(type(error), error, raised_at or error.__traceback__))
-            await self._fail(queue)
+            await self._fail(queue, failure_of(error))
         finally:
             timer.cancel()
             for renewer in renewers:
@@ -174,7 +174,7 @@ class TurnExecution:
         if not await self.writer.store_claim(live):
             raise ClaimError("stale_claim", "the turn's claim is no longer current")
 
-    async def _fail(self, queue: TurnQueue) -> None:
+    async def _fail(self, queue: TurnQueue, failure: dict[str, str]) -> None:
         """The agent raised: its turn's callers are told and the task ends FAILED (kept for the store if it is down)."""
         if queue.dropped or (queue.live is None and queue.replied):
             return
@@ -187,7 +187,7 @@ class TurnExecution:
             for listener in live.listeners:
                 if listener.turn == queue.turn:
                     listener.queue.put_nowait(TurnFailed(live.task.id))
-            await self.writer.fail(live)
+            await self.writer.fail(live, failure=failure)
         except StoreUnavailable:
             log.warning("agent %s: turn %s failed while the store was unavailable", self.env.agent, queue.turn)
 
@@ -201,3 +201,14 @@ class TurnExecution:
             live.ended_turns.append(turn)
         else:
             self.writer.end_turn(live, turn)
+
+
+FAILURE_MESSAGE = 500
+"""Characters of an exception's message kept in the claim's evidence."""
+
+
+def failure_of(error: BaseException) -> dict[str, str]:
+    """What the operator reads of a failed turn: the exception's type (qualified outside builtins) and message."""
+    kind = type(error)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return {"type": name, "message": str(error)[:FAILURE_MESSAGE]}

@@ -15,6 +15,14 @@
 //                                                       list the dead letters, deliver one again from the list, click
 //                                                       one another operator delivered meanwhile (an error shown), and
 //                                                       deliver one again from its task's page
+//   node console.mjs overview BASE_URL SCREENSHOT_DIR '{"approval": ..., "failed": ..., ...}'
+//                                                       read the overview and its attention queue, open each planted
+//                                                       task's timeline, take the screenshots at 1280, 800 and 420 px,
+//                                                       approve from the queue with the keyboard alone, and leave a
+//                                                       cancel unconfirmed with Escape
+//   node console.mjs first-paint BASE_URL SCREENSHOT_DIR '{"runs": N}'
+//                                                       the overview's first paint (its counts drawn) after a load
+//                                                       with the token already held, N times
 //   node console.mjs bidi BASE_URL SCREENSHOT_DIR '{"token": ..., "task": ...}'
 //                                                       open a task whose artifact's name and first link hold an unclosed
 //                                                       U+202E, and report the order the characters after them show in
@@ -59,7 +67,7 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(shots, name), fullPage: true });
 }
 
-async function signIn(page) {
+async function signIn(page, toTasks = true) {
   await page.goto(`${base}/console/`);
   await page.waitForSelector('#sign-in:not([hidden])');
   const signOutBefore = await page.isVisible('#sign-out');
@@ -70,11 +78,28 @@ async function signIn(page) {
   const refused = await (await page.waitForSelector('#sign-in-error:not(:empty)')).textContent();
   await page.fill('#token', OPERATOR_TOKEN);
   await page.click('#sign-in-form button[type=submit]');
-  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#overview-view:not([hidden])');
   await page.waitForSelector('#feed.live');
   const stored = await page.evaluate(() => sessionStorage.getItem('a2a-bridge.operator-token'));
   const signOutAfter = await page.isVisible('#sign-out');
   report('sign-in', { hint: hintText, refused, stored, signOutBefore, signOutAfter });
+  if (toTasks) await openTasks(page);
+}
+
+async function openTasks(page) {
+  await page.click('#views a[data-view="tasks"]');
+  await page.waitForSelector('#tasks-view:not([hidden])');
+}
+
+// Answers the confirmation dialog an action opened: gives `reason` and confirms, or (`yes` false) keeps things as
+// they are; what the dialog said of the consequence.
+async function confirm(page, reason = '', yes = true) {
+  await page.waitForSelector('#confirm[open]', { timeout: WAIT });
+  const said = await page.textContent('#confirm-consequence');
+  if (reason) await page.fill('#confirm-reason', reason);
+  await page.click(yes ? '#confirm-yes' : '#confirm-no');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached', timeout: WAIT });
+  return said;
 }
 
 // Records every A2A state a task's row shows, as the page changes it.
@@ -103,12 +128,14 @@ async function live(page) {
   await page.waitForSelector(`${row(deploy)}[data-state="AUTH_REQUIRED"] button[data-action="approve"]`, { timeout: WAIT });
   const waiting = await page.$eval(row(deploy), (tr) => ({
     phase: tr.querySelector('.phase').textContent,
+    mustAct: tr.querySelector('.must-act') && tr.querySelector('.must-act').dataset.who,
     claim: tr.querySelector('.claim').dataset.claim,
     generation: tr.querySelector('.generation').textContent,
     actions: [...tr.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
   }));
   await shot(page, '01-deploy-waiting-for-approval.png');
   await page.click(`${row(deploy)} button[data-action="approve"]`);
+  const consequence = await confirm(page, 'change window 14:00-15:00');
   await page.waitForSelector(`${row(deploy)}[data-state="COMPLETED"]`, { timeout: WAIT });
   const done = await page.$eval(row(deploy), (tr) => ({
     phase: tr.querySelector('.phase').textContent,
@@ -119,7 +146,7 @@ async function live(page) {
   const notice = await page.textContent('#notice');
   await shot(page, '02-deploy-completed.png');
   report('approve', {
-    task: deploy, states: await seenStates(page, deploy), waiting, done, notice,
+    task: deploy, states: await seenStates(page, deploy), waiting, done, notice, consequence,
     sameDocument: await page.evaluate(() => window.__sameDocument === true),
   });
 
@@ -131,16 +158,18 @@ async function live(page) {
     artifacts: [...view.querySelectorAll('[data-artifact]')].map((node) => node.dataset.artifact),
     report: view.querySelector('[data-artifact="deploy-report"] pre').textContent,
     operations: [...view.querySelectorAll('.events tr[data-operation]')].map((tr) => tr.dataset.operation),
+    operator: [...view.querySelectorAll('.timeline .entry.kind-operator')].map((li) => li.textContent),
   }));
   await shot(page, '03-task-page.png');
   report('task-page', page_);
 
-  await page.click('a[href="#/"]');
+  await page.click('#task-view a.back');
   await page.waitForSelector('#tasks-view:not([hidden])');
   const suite = await send('test-runner', 'Run the full suite for payments-api at commit 9f3c2e1', `console-suite-${Date.now()}`);
   await watchStates(page, suite);
   await page.waitForSelector(`${row(suite)}[data-state="WORKING"] button[data-action="cancel"]`, { timeout: WAIT });
   await page.click(`${row(suite)} button[data-action="cancel"]`);
+  await confirm(page, 'wrong commit');
   await page.waitForSelector(`${row(suite)}[data-state="CANCELED"]`, { timeout: WAIT });
   const canceled = await page.$eval(row(suite), (tr) => ({
     claim: tr.querySelector('.claim').dataset.claim,
@@ -177,6 +206,7 @@ async function reconcile(page, id) {
   await (await added.$('[name=value]')).fill('3 of 3 passing');
   await shot(page, '05-reconcile-form.png');
   await (await form.$('button[type=submit]')).click();
+  await confirm(page);
   await page.waitForSelector(`#task [data-task-id="${id}"][data-state="COMPLETED"] .events tr[data-operation="reconcile_completed"]`, { timeout: WAIT });
   const after = await page.$eval('#task', (view) => ({
     state: view.firstElementChild.dataset.state,
@@ -247,9 +277,16 @@ async function list(page, { canceled, waiting, context, total }) {
       return document.elementFromPoint(rect.left + rect.width / 2, rect.top + rect.height / 2) === node;
     });
     await shot(page, `09-narrow-${width}.png`);
-    return { right: box.x + box.width, left: box.x, onTop, pageWidth: await page.evaluate(() => document.documentElement.scrollWidth) };
+    const cut = await page.$$eval('#tasks th, #tasks td', (cells) => cells
+      .filter((cell) => cell.offsetParent !== null && cell.scrollWidth > cell.clientWidth + 1 && !cell.querySelector('.message'))
+      .map((cell) => cell.textContent));
+    const table = await page.$eval('#tasks', (node) => ({ width: node.scrollWidth, shown: node.parentElement.clientWidth }));
+    return {
+      right: box.x + box.width, left: box.x, onTop, cut, table,
+      pageWidth: await page.evaluate(() => document.documentElement.scrollWidth),
+    };
   };
-  const narrow = { 1000: await reach(1000), 800: await reach(800), 420: await reach(420) };
+  const narrow = { 1280: await reach(1280), 1000: await reach(1000), 800: await reach(800), 420: await reach(420) };
   const icon = await page.evaluate(async () => {
     const link = document.querySelector('link[rel="icon"]');
     const response = await fetch(link.href);
@@ -287,10 +324,12 @@ async function deadLetters(page, { listed, stale, onPage }) {
   });
   if (other.status !== 200) throw new Error(`redeliver ${stale}: HTTP ${other.status}`);
   await page.click(`${deadRow(stale)} button[data-action="redeliver"]`);
+  await confirm(page);
   const refused = await (await page.waitForSelector('#dead-notice.error:not(:empty)', { timeout: WAIT })).textContent();
   await page.waitForSelector(deadRow(stale), { state: 'detached', timeout: WAIT });
 
   await page.click(`${deadRow(listed)} button[data-action="redeliver"]`);
+  await confirm(page);
   await page.waitForSelector('#dead-notice:not(.error):not(:empty)', { timeout: WAIT });
   const delivering = await page.textContent('#dead-notice');
   await page.waitForSelector(deadRow(listed), { state: 'detached', timeout: WAIT });
@@ -309,6 +348,7 @@ async function deadLetters(page, { listed, stale, onPage }) {
   }));
   await shot(page, '12-task-dead-letter.png');
   await page.click(`${dead} button[data-action="redeliver"]`);
+  await confirm(page);
   await page.waitForSelector('#task-notice:not(.error):not(:empty)', { timeout: WAIT });
   await page.waitForSelector(dead, { state: 'detached', timeout: WAIT });
   report('task-dead-letter', { task: onPage, before, notice: await page.textContent('#task-notice') });
@@ -333,7 +373,7 @@ async function xss(page, { token, tasks, payload }) {
   await page.waitForSelector('#sign-in:not([hidden])');
   await page.fill('#token', token);
   await page.click('#sign-in-form button[type=submit]');
-  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#overview-view:not([hidden])');
   await page.waitForSelector('#feed.live');
   const title = await page.title();
   for (const id of tasks) {
@@ -388,7 +428,7 @@ async function bidi(page, { token, task }) {
   await page.waitForSelector('#sign-in:not([hidden])');
   await page.fill('#token', token);
   await page.click('#sign-in-form button[type=submit]');
-  await page.waitForSelector('#tasks-view:not([hidden])');
+  await page.waitForSelector('#overview-view:not([hidden])');
   await page.evaluate((taskId) => { location.hash = `#/tasks/${taskId}`; }, task);
   await page.waitForSelector(`#task [data-task-id="${task}"] .artifact .part`, { timeout: WAIT });
   const parts = page.locator('#task .artifact .part');
@@ -399,6 +439,136 @@ async function bidi(page, { token, task }) {
     .map((node) => getComputedStyle(node).unicodeBidi));
   await shot(page, 'bidi.png');
   report('bidi', { followers, name: await heading.textContent(), isolated });
+}
+
+const attention = (page) => page.$$eval('#attention-items li', (items) => items.map((li) => ({
+  kind: li.dataset.kind,
+  task: li.dataset.taskId,
+  why: li.querySelector('.why').textContent,
+  what: li.querySelector('.what').textContent,
+  actions: [...li.querySelectorAll('[data-action]')].map((node) => node.dataset.action),
+})));
+
+// What a width shows: whether the page is wider than the window, and the headers or labels cut short.
+async function layoutAt(page, width, view) {
+  await page.setViewportSize({ width, height: 900 });
+  await page.waitForTimeout(100);
+  return page.evaluate((name) => {
+    const cut = [...document.querySelectorAll(`${name} th, ${name} h2, ${name} .kind-label`)]
+      .filter((node) => node.offsetParent !== null && node.scrollWidth > node.clientWidth + 1)
+      .map((node) => node.textContent);
+    return { scrollWidth: document.documentElement.scrollWidth, cut };
+  }, view);
+}
+
+async function overview(page, planted) {
+  await signIn(page, false);
+  const kinds = ['approval', 'needs_reconciliation', 'uncertain', 'past_lease', 'dead_letter', 'failed'];
+  for (const kind of kinds) {
+    await page.waitForSelector(`#attention-items li[data-kind="${kind}"][data-task-id="${planted[kind]}"]`, { timeout: WAIT });
+  }
+  await page.waitForSelector('#chart-throughput svg rect', { timeout: WAIT });
+  const items = await attention(page);
+  const counts = await page.$$eval('#attention-counts li', (lis) => Object.fromEntries(lis.map((li) => [li.dataset.kind, Number(li.dataset.count)])));
+  const agents = await page.$$eval('#agent-counts tbody tr', (trs) => Object.fromEntries(trs.map((tr) => [tr.dataset.agent, {
+    total: Number(tr.querySelector('.total').textContent),
+    states: Object.fromEntries([...tr.querySelectorAll('.states .chip')].map((chip) => [chip.dataset.name, Number(chip.textContent.split(' ').pop())])),
+    claims: Object.fromEntries([...tr.querySelectorAll('.claims .chip')].map((chip) => [chip.dataset.name, Number(chip.textContent.split(' ').pop())])),
+  }])));
+  const charts = await page.$$eval('.chart', (figures) => Object.fromEntries(figures.map((f) => [f.id, { peak: Number(f.dataset.peak), bars: f.querySelectorAll('rect').length }])));
+  const sessions = await page.$$eval('#sessions tbody tr', (trs) => trs.map((tr) => ({ session: tr.dataset.session, status: tr.dataset.status })));
+  const store = await page.$eval('#store-health [data-ok]', (dd) => ({ ok: dd.dataset.ok, text: dd.textContent }));
+  const layout = {};
+  for (const width of [1280, 800, 420]) {
+    layout[width] = await layoutAt(page, width, '#overview-view');
+    await shot(page, `console-${width}.png`);
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+  report('overview', { items, counts, agents, charts, sessions, store, layout });
+
+  const timelines = {};
+  for (const kind of kinds) {
+    await page.evaluate((id) => { location.hash = `#/tasks/${id}`; }, planted[kind]);
+    await page.waitForSelector(`#task [data-task-id="${planted[kind]}"] .timeline .entry`, { timeout: WAIT });
+    timelines[kind] = await page.$eval('#task', (view) => ({
+      waiting: view.querySelector('.waiting').dataset.who,
+      waitingText: view.querySelector('.waiting').textContent,
+      entries: [...view.querySelectorAll('.timeline .entry')].map((li) => ({ kind: li.dataset.kind, title: li.dataset.title, text: li.textContent })),
+      failure: view.querySelector('.failure') && view.querySelector('.failure').textContent,
+      explains: view.querySelector('.explain') && view.querySelector('.explain').dataset.explains,
+    }));
+    if (kind === 'failed') {
+      for (const width of [1280, 420]) {
+        await page.setViewportSize({ width, height: 900 });
+        await shot(page, `console-task-${width}.png`);
+      }
+      await page.setViewportSize({ width: 1280, height: 900 });
+    }
+  }
+  report('timelines', timelines);
+
+  // The keyboard alone: Tab to the approval's button, Enter opens the dialog on its reason, Tab to the confirm
+  // button, Enter approves.
+  await page.evaluate(() => { location.hash = '#/'; });
+  const approveButton = `#attention-items li[data-kind="approval"][data-task-id="${planted.approval}"] button[data-action="approve"]`;
+  await page.waitForSelector(approveButton, { timeout: WAIT });
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  let tabs = 0;
+  while (tabs < 80 && !(await page.$eval(approveButton, (node) => node === document.activeElement))) {
+    await page.keyboard.press('Tab');
+    tabs += 1;
+  }
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#confirm[open]', { timeout: WAIT });
+  const focused = await page.evaluate(() => document.activeElement.id);
+  const said = await page.textContent('#confirm-consequence');
+  await page.keyboard.type('release train 42');
+  await page.keyboard.press('Tab');
+  await page.keyboard.press('Tab');
+  const onConfirm = await page.evaluate(() => document.activeElement.id);
+  await shot(page, 'console-confirm.png');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector(`#attention-items li[data-kind="approval"][data-task-id="${planted.approval}"]`, { state: 'detached', timeout: WAIT });
+  report('keyboard', { tabs, focused, said, onConfirm });
+
+  // Escape leaves a cancel unconfirmed: nothing is sent, the item stays.
+  const cancelButton = `#attention-items li[data-kind="past_lease"] button[data-action="cancel"]`;
+  await page.click(cancelButton);
+  await page.waitForSelector('#confirm[open]', { timeout: WAIT });
+  const cancelSaid = await page.textContent('#confirm-consequence');
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached', timeout: WAIT });
+  const stays = await page.$eval(cancelButton, (node) => !node.disabled);
+  report('escape', { cancelSaid, stays, task: await page.$eval('#attention-items li[data-kind="past_lease"]', (li) => li.dataset.taskId) });
+
+  // Still live: a turn that fails now shows in the open overview's queue, with no reload.
+  await page.evaluate(() => { window.__sameDocument = true; });
+  const failing = await send('raising', 'raise now', `overview-live-${Date.now()}`);
+  await page.waitForSelector(`#attention-items li[data-kind="failed"][data-task-id="${failing}"]`, { timeout: WAIT });
+  report('live', { task: failing, sameDocument: await page.evaluate(() => window.__sameDocument === true) });
+}
+
+async function firstPaint(page, { runs }) {
+  await page.addInitScript((token) => {
+    sessionStorage.setItem('a2a-bridge.operator-token', token);
+    window.__painted = null;
+    new MutationObserver((_, observer) => {
+      const counts = document.querySelector('#attention-counts li');
+      if (counts && window.__painted === null) {
+        window.__painted = performance.now();
+        observer.disconnect();
+      }
+    }).observe(document, { childList: true, subtree: true });
+  }, OPERATOR_TOKEN);
+  const times = [];
+  for (let i = 0; i < runs; i += 1) {
+    await page.goto(`${base}/console/?run=${i}#/`);
+    await page.waitForFunction(() => window.__painted !== null, null, { timeout: WAIT });
+    times.push(await page.evaluate(() => window.__painted));
+  }
+  const total = await page.$eval('#agent-counts tbody', (body) => [...body.querySelectorAll('.total')].reduce((n, td) => n + Number(td.textContent), 0));
+  await shot(page, 'first-paint.png');
+  report('first-paint', { times, total });
 }
 
 const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-console-chromium-'));
@@ -419,6 +589,8 @@ try {
   else if (scenario === 'xss') await xss(page, JSON.parse(taskArg));
   else if (scenario === 'dead-letters') await deadLetters(page, JSON.parse(taskArg));
   else if (scenario === 'bidi') await bidi(page, JSON.parse(taskArg));
+  else if (scenario === 'overview') await overview(page, JSON.parse(taskArg));
+  else if (scenario === 'first-paint') await firstPaint(page, JSON.parse(taskArg));
   else throw new Error(`unknown scenario ${scenario}`);
 } catch (error) {
   failed = true;

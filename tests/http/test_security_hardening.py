@@ -243,7 +243,8 @@ def test_the_public_url_is_what_every_card_names_and_signs(tmp_path: Path) -> No
 
 
 def test_every_console_response_carries_the_security_headers(named: ServerProcess) -> None:
-    for path in ("/console/", "/console/console.js", "/console/api/info", "/console/api/tasks"):
+    scripts = ["overview.js", "timeline.js", "confirm.js", "console.js"]
+    for path in ("/console/", *(f"/console/{name}" for name in scripts), "/console/api/info", "/console/api/tasks"):
         response = httpx.get(named.url + path, timeout=30)
         policy = response.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "unsafe-inline" not in policy, policy
@@ -252,7 +253,8 @@ def test_every_console_response_carries_the_security_headers(named: ServerProces
         assert response.headers["referrer-policy"] == "no-referrer"
         assert response.headers["x-frame-options"] == "DENY"
     page = httpx.get(named.url + "/console/", timeout=30).text
-    assert re.findall(r"<script[^>]*>", page) == ['<script src="console.js">'], "an inline script"
+    assert re.findall(r"<script[^>]*>", page) == [f'<script src="{name}">' for name in scripts], "an inline script"
+    assert re.findall(r"<script[^>]*>([^<]*)</script>", page) == [""] * len(scripts), "a script with a body"
     assert not re.search(r"\son[a-z]+\s*=", page), "an inline event handler"
 
 

@@ -110,9 +110,13 @@ def test_a_deploy_shows_up_live_and_completes_once_approved(live_run: dict[str, 
     seen = [state for state in step["states"] if state not in ("SUBMITTED", "WORKING")]
     assert seen == ["AUTH_REQUIRED", "COMPLETED"], step["states"]
     assert "WORKING" in step["states"], "the row never showed the deploy working"
-    assert step["waiting"] == {"phase": "processing", "claim": "awaiting_reply", "generation": "1", "actions": ["approve", "cancel"]}
+    assert step["waiting"] == {
+        "phase": "processing→ operator: approve", "mustAct": "operator", "claim": "awaiting_reply", "generation": "1",
+        "actions": ["approve", "cancel"],
+    }, "the row says who must act"
     assert step["done"] == {"phase": "terminal: completed", "claim": "completed", "generation": "2", "actions": []}
     assert step["notice"].startswith("Approved ")
+    assert "goes on at once" in step["consequence"] and step["task"] in step["consequence"], "the dialog names the consequence"
     assert step["sameDocument"] is True
 
 
@@ -123,6 +127,8 @@ def test_the_task_page_shows_history_artifacts_and_claim_events(live_run: dict[s
     assert page["artifacts"] == ["deploy-report"]
     assert json.loads(page["report"])["environment"] == "staging"
     assert page["operations"] == ["create", "claim", "ask", "resume", "open_window", "complete"]
+    [approval] = page["operator"]
+    assert "resume" in approval and "change window 14:00-15:00" in approval, "the operator's reason is on the timeline"
 
 
 def test_a_running_task_is_canceled_with_a_click(live_run: dict[str, dict[str, Any]]) -> None:
@@ -130,7 +136,7 @@ def test_a_running_task_is_canceled_with_a_click(live_run: dict[str, dict[str, A
     assert step["states"][0] in ("SUBMITTED", "WORKING") and step["states"][-1] == "CANCELED", step["states"]
     assert step["claim"] == "cancelled"
     assert step["ended"] == "canceled" and step["terminalReason"] == "completed"
-    assert step["phase"] == "terminal: canceledTask Status reason: completed", "the A2A end, then the CAS mapping's reason"
+    assert step["phase"] == "terminal: canceled", "the A2A end, never the Task Status' grouping under \"completed\""
     assert step["message"] == "Canceled by the operator."
     assert step["actions"] == []
     assert step["sameDocument"] is True
@@ -186,11 +192,12 @@ def test_the_list_pages_filters_searches_and_keeps_its_actions_in_reach(node: st
     assert step["firstPager"] == {"label": "Page 1", "newer": False, "older": True}
     assert step["secondPager"] == {"label": "Page 2", "newer": True, "older": False}
     assert step["phase"]["ended"] == "canceled" and step["phase"]["terminalReason"] == "completed"
-    assert step["phase"]["reason"] == "Task Status reason: completed"
+    assert step["phase"]["reason"] is None and "completed" not in step["phase"]["text"]
     assert sorted(step["deployerRows"]) == sorted([canceled["id"], waiting["id"]])
     assert step["found"] == [canceled["id"]]
     for width, seen in step["narrow"].items():
         assert seen["onTop"] and 0 <= seen["left"] and seen["right"] <= int(width), (width, seen)
+        assert seen["cut"] == [] and seen["table"]["width"] <= seen["table"]["shown"], (width, seen)
     assert step["icon"] == {"href": "favicon.svg", "status": 200, "type": "image/svg+xml"}
 
 

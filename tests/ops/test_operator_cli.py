@@ -95,7 +95,8 @@ def test_tasks_json_is_one_document_of_the_console_rows(bridge: ServerProcess) -
     [deploy] = start_deploys(bridge, "cli-json", 1)
     document = json.loads(ok(bridge, "tasks", "--json", "--limit", "200", columns=80))
     [row] = [row for row in document["tasks"] if row["id"] == deploy]
-    assert set(row) == {"id", "context_id", "agent", "created_at", "state", "ended", "message", "status", "claim", "actions"}
+    fields = {"id", "context_id", "agent", "created_at", "state", "ended", "message", "status", "claim", "actions", "waiting"}
+    assert set(row) == fields
     assert (row["agent"], row["state"], row["actions"]) == ("deployer", "TASK_STATE_AUTH_REQUIRED", ["approve", "cancel"])
     assert row["claim"]["state"] == "awaiting_reply" and row["status"]["phase"] == "processing"
 
@@ -145,6 +146,20 @@ def test_cancel_stops_any_callers_task_in_the_operators_name(bridge: ServerProce
     again = cli(bridge, "cancel", task_id)
     assert again.returncode == 1
     assert "409 Task cannot be canceled" in again.stderr
+
+
+def test_approve_and_cancel_keep_the_operators_reason_in_the_claim_evidence(bridge: ServerProcess) -> None:
+    [deploy] = start_deploys(bridge, "cli-reason", 1)
+    assert ok(bridge, "approve", deploy, "--reason", "change window 14:00").startswith(f"approved {deploy}")
+    resumed = next(e for e in claim_view(bridge, "deployer", deploy)["events"] if e["operation"] == "resume")
+    assert resumed["evidence"]["reason"] == "change window 14:00"
+    task_id = start(bridge, "test-runner", user_message(FULL_SUITE, "cli-cancel-reason"))["id"]
+    wait_state(bridge, "test-runner", task_id, "TASK_STATE_WORKING")
+    assert ok(bridge, "cancel", task_id, "--reason", "wrong commit").startswith(f"canceled {task_id}")
+    asked = next(e for e in claim_view(bridge, "test-runner", task_id)["events"] if e["operation"] == "request_cancel")
+    assert asked["evidence"] == {"requested_by": "operator", "reason": "wrong commit"}
+    too_long = cli(bridge, "cancel", task_id, "--reason", "x" * 501)
+    assert too_long.returncode == 2 and "at most 500 characters" in too_long.stderr
 
 
 def test_commands_explain_what_the_server_refused(bridge: ServerProcess) -> None:

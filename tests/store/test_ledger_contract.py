@@ -183,7 +183,10 @@ async def claim_events_and_messages(url: str) -> None:
         at = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)
         posted = [
             ClaimEvent(task_id, 0, "create", "unclaimed", {"message_id": "m-1"}, at),
-            ClaimEvent(task_id, 1, "claim", "claimed", {"turn": "first message", "nested": {"n": [1, 2.5, True, None]}}, at),
+            ClaimEvent(
+                task_id, 1, "claim", "claimed", {"turn": "first message", "nested": {"n": [1, 2.5, True, None]}}, at,
+                session, at + timedelta(minutes=5),
+            ),
         ]
         await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), posted, new=True)
         later = at + timedelta(seconds=1, microseconds=7)

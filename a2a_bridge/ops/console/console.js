@@ -3,7 +3,10 @@
 // agents' own endpoints for approve, reconcile, cancel and a dead letter's redelivery. The list is one page of the
 // feed, filtered by agent and state; a search (task id or context id) asks /console/api/tasks for its page instead,
 // and the feed then only refreshes the rows that page shows. Pages go on with the server's `next` cursor. The dead
-// letters (/console/api/webhooks/dead) are read when their view opens, on Refresh and after each redelivery.
+// letters (/console/api/webhooks/dead) are read when their view opens, on Refresh and after each redelivery. The
+// overview (/console/api/overview, drawn by overview.js) is the page shown on signing in, read again as the feed
+// reports changes; a task's page shows its timeline (timeline.js). Every action asks for confirmation first (confirm.js),
+// naming its consequence and taking an optional reason, which the server keeps in the claim's evidence.
 'use strict';
 
 (() => {
@@ -21,7 +24,12 @@
     earlier: [],
     next: null,
     deadLoads: 0,
+    overviewLoads: 0,
+    overviewAt: 0,
+    overviewTimer: null,
   };
+  const OVERVIEW_EVERY = 10000;
+  const OVERVIEW_AT_MOST = 1000;
   const $ = (selector, root = document) => root.querySelector(selector);
 
   function el(tag, props = {}, ...children) {
@@ -31,7 +39,7 @@
       if (key === 'class') node.className = value;
       else if (key === 'text') node.textContent = value;
       else if (key === 'on') for (const [name, handler] of Object.entries(value)) node.addEventListener(name, handler);
-      else if (key.includes('-') || ['title', 'href', 'type', 'role', 'name', 'placeholder', 'rel', 'target'].includes(key)) node.setAttribute(key, value);
+      else if (key.includes('-') || ['title', 'href', 'type', 'role', 'name', 'placeholder', 'rel', 'target', 'datetime'].includes(key)) node.setAttribute(key, value);
       else node[key] = value;
     }
     for (const child of children.flat()) {
@@ -45,6 +53,13 @@
   const shortId = (id) => (id.length > 13 ? `${id.slice(0, 8)}…` : id);
   const time = (stamp) => (stamp ? new Date(stamp).toISOString().slice(11, 19) : '');
   const moment = (stamp) => (stamp ? `${new Date(stamp).toISOString().replace('T', ' ').slice(0, 19)} UTC` : '—');
+  function ago(stamp) {
+    const seconds = Math.max(0, Math.round((Date.now() - new Date(stamp).getTime()) / 1000));
+    if (seconds < 60) return `${seconds} s ago`;
+    if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+    if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min ago`;
+    return `${Math.floor(seconds / 86400)} days ago`;
+  }
 
   function badge(name) {
     const label = shortState(name);
@@ -55,18 +70,17 @@
     return notification.kind + (notification.provider ? `: ${notification.provider}` : '');
   }
 
-  // A terminal task shows how it ended (its A2A state); the Task Status' terminal_reason is named beside it when it
-  // says something else, since that mapping puts CANCELED under "completed" and FAILED under "errored".
+  // A terminal task shows how it ended, by its A2A state: the Task Status' terminal_reason groups several ends under
+  // one word (CANCELED under "completed"), which would misread here; the task's page explains the three views.
   function phaseView(row) {
-    if (!row.ended) return [row.status.phase];
-    const reason = row.status.terminal_reason;
-    const note = reason && reason !== row.ended
-      ? el('span', {
-        class: 'reason', text: `Task Status reason: ${reason}`,
-        title: `The Common Agent Specification's Task Status maps ${shortState(row.state)} to terminal_reason "${reason}".`,
-      })
-      : null;
-    return [`${row.status.phase}: ${row.ended}`, note];
+    if (!row.ended) return [row.status.phase, mustAct(row.waiting)];
+    return [`${row.status.phase}: ${row.ended}`];
+  }
+
+  // Who must act for the task to go on, when it is not its agent at work: the operator, a user, the bridge.
+  function mustAct(waiting) {
+    if (!waiting || waiting.who.startsWith('agent ')) return null;
+    return el('span', { class: 'must-act', 'data-who': waiting.who }, '→ ', el('bdi', { text: waiting.who }), ': ', el('bdi', { text: waiting.what }));
   }
 
   function listParams(extra = {}) {
@@ -174,12 +188,13 @@
       renderTasks(new Set(body.snapshot ? [] : body.tasks.map((row) => row.id)));
     }
     if (state.openTask && body.tasks.some((row) => row.id === state.openTask)) loadTask(state.openTask);
+    if (!body.snapshot || body.tasks.length) overviewChanged();
   }
 
   // --- actions --------------------------------------------------------------------------------------------------
 
   function notice(text, error = false) {
-    for (const box of [$('#notice'), $('#dead-notice'), $('#task-notice')]) {
+    for (const box of [$('#notice'), $('#dead-notice'), $('#task-notice'), $('#overview-notice')]) {
       if (!box) continue;
       box.textContent = text;
       box.className = error ? 'notice error' : 'notice';
@@ -211,17 +226,30 @@
     } catch (error) {
       if (!(error instanceof SignedOut)) notice(`${action} failed: ${error.message}`, true);
     }
+    if (!$('#overview-view').hidden) loadOverview();
+  }
+
+  // --- confirmation (confirm.js) -----------------------------------------------------------------------------
+
+  const confirmAction = (options) => confirmParts.ask(options);
+
+  // Approve or cancel, once confirmed; the button stays disabled while the server answers.
+  async function confirmed(action, row, button) {
+    button.disabled = true;
+    const answer = await confirmAction(confirmParts[action](row));
+    if (!answer) {
+      button.disabled = false;
+      return;
+    }
+    await act(action, row, answer.reason ? { reason: answer.reason } : undefined);
   }
 
   function actionButtons(row) {
     const buttons = [];
-    const disable = (event) => {
-      event.currentTarget.disabled = true;
-    };
     if (row.actions.includes('approve')) {
       buttons.push(el('button', {
-        type: 'button', class: 'primary', 'data-action': 'approve', text: 'Approve',
-        on: { click: (event) => { disable(event); act('approve', row); } },
+        type: 'button', class: 'primary', 'data-action': 'approve', text: 'Approve…',
+        on: { click: (event) => confirmed('approve', row, event.currentTarget) },
       }));
     }
     if (row.actions.includes('reconcile')) {
@@ -229,11 +257,17 @@
     }
     if (row.actions.includes('cancel')) {
       buttons.push(el('button', {
-        type: 'button', class: 'danger', 'data-action': 'cancel', text: 'Cancel',
-        on: { click: (event) => { disable(event); act('cancel', row); } },
+        type: 'button', class: 'danger', 'data-action': 'cancel', text: 'Cancel…',
+        on: { click: (event) => confirmed('cancel', row, event.currentTarget) },
       }));
     }
     return buttons;
+  }
+
+  // The actions of an attention item: those of its task, or a dead letter's delivery again.
+  function itemActions(item) {
+    if (item.kind === 'dead_letter') return [redeliverButton({ ...item.webhook, agent: item.agent })];
+    return actionButtons({ id: item.taskId, agent: item.agent, actions: item.actions });
   }
 
   // A dead letter (one task's push config the outbox gave up) delivered again from where it stopped; the views that
@@ -253,12 +287,24 @@
     }
     if (!$('#dead-view').hidden) loadDeadLetters();
     if (state.openTask === letter.taskId) loadTask(letter.taskId);
+    if (!$('#overview-view').hidden) loadOverview();
   }
 
   function redeliverButton(letter) {
     return el('button', {
       type: 'button', class: 'primary', 'data-action': 'redeliver', text: 'Deliver again',
-      on: { click: (event) => { event.currentTarget.disabled = true; redeliver(letter); } },
+      on: {
+        click: async (event) => {
+          const button = event.currentTarget;
+          button.disabled = true;
+          const answer = await confirmAction(confirmParts.redeliver(letter));
+          if (!answer) {
+            button.disabled = false;
+            return;
+          }
+          redeliver(letter);
+        },
+      },
     });
   }
 
@@ -269,17 +315,17 @@
     const body = $('#tasks tbody');
     body.replaceChildren(...rows.map((row) => {
       const tr = el('tr', { 'data-task-id': row.id, 'data-state': shortState(row.state), class: changed.has(row.id) ? 'changed' : '' },
-        el('td', { class: 'task' },
+        el('td', { class: 'task', 'data-label': 'Task' },
           el('a', { href: `#/tasks/${row.id}`, title: row.id, class: 'mono', text: shortId(row.id) }),
-          el('div', { class: 'message', text: row.message, title: row.message })),
-        el('td', { class: 'agent', text: row.agent }),
-        el('td', { class: 'state' }, badge(row.state)),
-        el('td', { class: 'phase', 'data-ended': row.ended, 'data-terminal-reason': row.status.terminal_reason }, phaseView(row)),
-        el('td', { class: 'notifications' }, row.status.notifications.map((n) => el('span', { class: 'chip', text: notificationLabel(n) }))),
-        el('td', { class: 'claim', 'data-claim': row.claim.state, text: claimLabel(row.claim) }),
-        el('td', { class: 'generation num', text: String(row.claim.claim_generation) }),
-        el('td', { class: 'lease mono', text: time(row.claim.lease_until) }),
-        el('td', { class: 'actions' }, actionButtons(row)));
+          el('div', { class: 'message', title: row.message }, el('bdi', { text: row.message }))),
+        el('td', { class: 'agent', 'data-label': 'Agent', text: row.agent }),
+        el('td', { class: 'state', 'data-label': 'A2A state' }, badge(row.state)),
+        el('td', { class: 'phase', 'data-label': 'Phase', 'data-ended': row.ended, 'data-terminal-reason': row.status.terminal_reason }, phaseView(row)),
+        el('td', { class: 'notifications', 'data-label': 'Notifications' }, row.status.notifications.map((n) => el('span', { class: 'chip', text: notificationLabel(n) }))),
+        el('td', { class: 'claim', 'data-label': 'Claim', 'data-claim': row.claim.state, text: claimLabel(row.claim) }),
+        el('td', { class: 'generation num', 'data-label': 'Gen', text: String(row.claim.claim_generation) }),
+        el('td', { class: 'lease mono', 'data-label': 'Lease until', text: time(row.claim.lease_until) || '—' }),
+        el('td', { class: 'actions', 'data-label': 'Actions' }, actionButtons(row)));
       return tr;
     }));
     const filtered = state.filters.agent || state.filters.state || state.filters.q;
@@ -428,8 +474,16 @@
         notice('Reconcile needs at least one item of evidence.', true);
         return;
       }
-      form.querySelector('[type=submit]').disabled = true;
-      act('reconcile', row, { outcome: form.outcome.value, evidence });
+      const outcome = form.outcome.value;
+      const button = form.querySelector('[type=submit]');
+      button.disabled = true;
+      confirmAction(confirmParts.reconcile(row, outcome)).then((answer) => {
+        if (!answer) {
+          button.disabled = false;
+          return;
+        }
+        act('reconcile', row, { outcome, evidence, ...(answer.reason ? { reason: answer.reason } : {}) });
+      });
     });
     return form;
   }
@@ -495,13 +549,13 @@
       ['context', el('code', { text: row.context_id })],
       ['revision', row.status.revision],
       ['notifications', chips.length ? chips : 'none'],
-      ['created', `${new Date(row.created_at).toISOString().replace('T', ' ').slice(0, 19)} UTC`],
+      ['created', moment(row.created_at)],
     ]));
     const claimCard = el('div', { class: 'card' }, el('h3', { text: 'Claim' }), facts([
       ['state', claimLabel(claim), 'claim-state'],
       ['generation', String(claim.claim_generation)],
       ['session', String(claim.session_generation)],
-      ['lease until', claim.lease_until ? `${time(claim.lease_until)} UTC` : '—'],
+      ['lease until', claim.lease_until ? moment(claim.lease_until) : '—'],
       ['stage', claim.stage || '—'],
     ]));
     const messages = el('ol', { class: 'history' }, history.map((message) => {
@@ -523,8 +577,9 @@
       el('tbody', {}, eventRows)));
     const view = el('div', { 'data-task-id': row.id, 'data-state': shortState(row.state) },
       el('div', { class: 'heading' }, el('h1', {}, 'Task ', el('code', { text: row.id })), badge(row.state)),
-      el('p', { class: 'status-message', text: row.message || '(no status message)' }),
+      el('p', { class: 'status-message' }, el('bdi', { text: row.message || '(no status message)' })),
       el('p', { id: 'task-notice', class: said ? said.className : 'notice', role: 'status', text: said ? said.textContent : '' }),
+      timelineParts.view(detail),
       el('div', { class: 'columns' }, statusCard, claimCard),
       el('div', { class: 'actions' }, actionButtons(row).filter((node) => node.dataset.action !== 'reconcile')),
       row.actions.includes('reconcile') ? (kept || reconcileForm(row)) : null,
@@ -538,8 +593,8 @@
   // --- pages ----------------------------------------------------------------------------------------------------
 
   function show(id) {
-    for (const section of ['#sign-in', '#tasks-view', '#dead-view', '#task-view']) $(section).hidden = section !== id;
-    const current = { '#tasks-view': 'tasks', '#dead-view': 'dead-letters' }[id];
+    for (const section of ['#sign-in', '#overview-view', '#tasks-view', '#dead-view', '#task-view']) $(section).hidden = section !== id;
+    const current = { '#overview-view': 'overview', '#tasks-view': 'tasks', '#dead-view': 'dead-letters' }[id];
     for (const link of document.querySelectorAll('#views a')) {
       if (link.dataset.view === current) link.setAttribute('aria-current', 'page');
       else link.removeAttribute('aria-current');
@@ -560,10 +615,39 @@
     } else if (location.hash === '#/dead-letters') {
       show('#dead-view');
       loadDeadLetters();
-    } else {
+    } else if (location.hash === '#/tasks') {
       show('#tasks-view');
       renderTasks(new Set());
+    } else {
+      show('#overview-view');
+      loadOverview();
     }
+  }
+
+  // --- the overview ---------------------------------------------------------------------------------------------
+
+  // Read while the overview shows: on opening it, after a change the feed reports (at most once a second), and
+  // every ten seconds anyway (the charts move with the minutes).
+  async function loadOverview() {
+    const ticket = ++state.overviewLoads;
+    state.overviewAt = Date.now();
+    clearTimeout(state.overviewTimer);
+    state.overviewTimer = setTimeout(() => {
+      if (state.token && !$('#overview-view').hidden) loadOverview();
+    }, OVERVIEW_EVERY);
+    try {
+      const body = await call('api/overview');
+      if (ticket === state.overviewLoads && !$('#overview-view').hidden) overviewParts.render(body);
+    } catch (error) {
+      if (!(error instanceof SignedOut) && ticket === state.overviewLoads) notice(`Could not load the overview: ${error.message}`, true);
+    }
+  }
+
+  function overviewChanged() {
+    if ($('#overview-view').hidden) return;
+    const wait = state.overviewAt + OVERVIEW_AT_MOST - Date.now();
+    clearTimeout(state.overviewTimer);
+    state.overviewTimer = setTimeout(loadOverview, Math.max(0, wait));
   }
 
   function start() {
@@ -583,6 +667,9 @@
     $('#sign-out').hidden = true;
     $('#views').hidden = true;
     $('#dead-letters tbody').replaceChildren();
+    clearTimeout(state.overviewTimer);
+    state.overviewLoads += 1;
+    $('#attention-items').replaceChildren();
     $('#sign-in-error').textContent = message;
     route();
   }
@@ -619,6 +706,11 @@
       // the hint and the agent filter's names are a convenience; the form and the list work without them
     }
   }
+
+  const helpers = { el, $, shortId, moment, ago, itemActions };
+  const overviewParts = window.A2AConsoleParts.overview(helpers);
+  const timelineParts = window.A2AConsoleParts.timeline(helpers);
+  const confirmParts = window.A2AConsoleParts.confirm(helpers);
 
   $('#sign-in-form').addEventListener('submit', signIn);
   $('#sign-out').addEventListener('click', () => signOut());
