@@ -15,13 +15,14 @@ from typing import Any
 
 import orjson
 from a2a.server.context import ServerCallContext
-from a2a.server.tasks import PushNotificationConfigStore
+from a2a.server.tasks import DatabasePushNotificationConfigStore, PushNotificationConfigStore
+from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.clock import Clock
 from a2a_bridge.core.states import is_terminal
 from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy, WebhookPoster
-from a2a_bridge.store.ledger import Delivery, Ledger
+from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ class Outbox:
         self._configs: dict[tuple[str, str], TaskPushNotificationConfig] = {}
         """The push configs added on this replica whose deliveries are not done with (read from the store otherwise)."""
         self._loop: asyncio.Future[None] | None = None
+        self._attached: dict[str, list[PushAdded]] = {}
+        """Push configs attached to tasks whose next save writes them (`attach`)."""
 
     def logs(self, task_id: str) -> bool:
         """Whether a save of this task writes its events to the event log for the outbox."""
@@ -109,6 +112,42 @@ class Outbox:
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
         await self.ledger.add_delivery(delivery)
         await self.push_store.set_info(config.task_id, config, context)
+
+    async def attach(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
+        """Add a push config to its task with the task's next save (`taken`), its outbox row and config row in the
+        save's own transaction where the config table is in the ledger's database (else as `add` does), its deliveries
+        starting with the events after revision `after`."""
+        store = self.push_store
+        if not isinstance(store, DatabasePushNotificationConfigStore) or getattr(self.ledger, "engine", None) is not store.engine:
+            await self.add(config, context, after)
+            return
+        await store._ensure_initialized()
+        self.logged.add(config.task_id)
+        self._configs[(config.task_id, config.id)] = config
+        saved = normalize_push_notification_config(config.task_id, config)
+        model = store._to_orm(config.task_id, saved, store.owner_resolver(context))
+        table = store.config_model.__table__
+        row = {column.key: getattr(model, column.key) for column in table.columns}
+        delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        self._attached.setdefault(config.task_id, []).append(PushAdded(delivery, table, row))
+
+    def taken(self, task_id: str) -> list[PushAdded]:
+        """The push configs attached to a task since its last save, for the save about to be written (`restore` them
+        if it is not)."""
+        return self._attached.pop(task_id, []) if self._attached else []
+
+    def restore(self, task_id: str, pushed: list[PushAdded]) -> None:
+        """Push configs taken for a save that was not written: they go with the task's next save."""
+        if pushed:
+            self._attached[task_id] = pushed + self._attached.get(task_id, [])
+
+    def detach(self, task_id: str, created: bool) -> None:
+        """Forget the push configs attached to a task and not saved with it (their request refused, or no task made:
+        `created` False, when the task's events need no logging either)."""
+        for added in self._attached.pop(task_id, []):
+            self._configs.pop((task_id, added.delivery.config_id), None)
+        if not created:
+            self.logged.discard(task_id)
 
     def stored(self, task_id: str, ended: bool) -> None:
         """Events of a task with push configs were stored: deliver them now (a task that ended logs no more)."""

@@ -12,7 +12,7 @@ import contextlib
 import operator
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain
 from typing import Any, NamedTuple
@@ -26,7 +26,9 @@ from sqlalchemy.sql.expression import Executable
 
 from a2a_bridge.store.ledger import Fenced, SentMessage, TaskExists
 from a2a_bridge.store.ledger_tables import (
+    added_delivery_statement,
     claim_events_table,
+    deliveries_table,
     events_table,
     messages_table,
     record_statement,
@@ -43,8 +45,8 @@ LARGE = "a2a_bridge.large_binding"
 
 
 class Save(NamedTuple):
-    """A task row (absent for a record-only write), its record row, the claim events it posted and the event-log rows
-    it appends; `new` writes the record only if none is stored."""
+    """A task row (absent for a record-only write), its record row, the claim events it posted, the event-log rows
+    it appends and the push configs added with it; `new` writes the record only if none is stored."""
 
     table: Table | None
     task: dict[str, Any] | None
@@ -52,6 +54,10 @@ class Save(NamedTuple):
     events: list[dict[str, Any]]
     new: bool = False
     log: tuple[dict[str, Any], ...] = ()
+    deliveries: tuple[dict[str, Any], ...] = ()
+    """The outbox rows of push configs added with the save, each written unless its task and config have one."""
+    configs: tuple[tuple[Table, dict[str, Any]], ...] = ()
+    """Those configs' rows in their push config tables (written over any of the same task and id)."""
 
 
 class Remember(NamedTuple):
@@ -93,11 +99,13 @@ def record_rows(saves: Iterable[Save], new: bool) -> list[dict[str, Any]]:
 @dataclass
 class Followers:
     """What the saves whose records were written write after them: task rows (by table, each task's last), claim
-    events and event-log rows."""
+    events, event-log rows, and the outbox rows and config rows (by table) of the push configs added."""
 
     tasks: dict[Table, dict[str, dict[str, Any]]]
     events: list[dict[str, Any]]
     logged: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    configs: dict[Table, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def followers(saves: list[tuple[int, Save]], written: set[tuple[str, bool]], results: list[Outcome]) -> Followers:
@@ -112,6 +120,9 @@ def followers(saves: list[tuple[int, Save]], written: set[tuple[str, bool]], res
             after.tasks.setdefault(save.table, {})[task_id] = save.task
         after.events += save.events
         after.logged += save.log
+        after.deliveries += save.deliveries
+        for table, row in save.configs:
+            after.configs.setdefault(table, []).append(row)
     return after
 
 
@@ -215,7 +226,9 @@ class SqliteBatch:
         }
         self._events = Compiled(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
         self._logged = Compiled(upsert_statement(dialect.name, events_table), events_table, dialect)
+        self._deliveries = Compiled(added_delivery_statement(dialect.name), deliveries_table, dialect)
         self._tasks: dict[Table, Compiled] = {}
+        """The upsert of each task table and push config table met so far."""
 
     async def run(
         self, conn: AsyncConnection, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
@@ -227,6 +240,9 @@ class SqliteBatch:
         for _, save in saves:
             if save.table is not None and save.table not in self._tasks:
                 self._tasks[save.table] = Compiled(upsert_statement(self._dialect.name, save.table), save.table, self._dialect)
+            for table, _ in save.configs:
+                if table not in self._tasks:
+                    self._tasks[table] = Compiled(upsert_statement(self._dialect.name, table), table, self._dialect)
         raw = await conn.get_raw_connection()
         driver = raw.driver_connection
         large: list[bool] = []
@@ -271,6 +287,11 @@ class SqliteBatch:
             self._many(db, self._events, after.events, large)
             statement = self._logged.sql
             self._many(db, self._logged, after.logged, large)
+            statement = self._deliveries.sql
+            self._many(db, self._deliveries, after.deliveries, large)
+            for table, rows in after.configs.items():
+                statement = self._tasks[table].sql
+                self._many(db, self._tasks[table], rows, large)
             statement = "COMMIT"
             db.commit()
         except BaseException as error:

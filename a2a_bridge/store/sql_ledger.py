@@ -21,6 +21,7 @@ from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import (
     HELD,
     ClaimEvent,
+    PushAdded,
     Fenced,
     Notice,
     Request,
@@ -42,7 +43,9 @@ from a2a_bridge.store.ledger_batch import (
     record_rows,
 )
 from a2a_bridge.store.ledger_tables import (
+    added_delivery_statement,
     claim_events_table,
+    delivery_row,
     event_rows,
     events_table,
     messages_table,
@@ -226,19 +229,22 @@ class SqlLedger(SqlDeliveries):
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
-        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (), pushed: Sequence[PushAdded] = (),
     ) -> None:
-        """Store the SDK task, its record, the claim events it posted and its event-log rows in one transaction
-        (shared with the other writes of the moment: see group_commit). A new task is written only if absent
-        (TaskExists), an existing one only over the record version its writer holds and never once ended (Fenced)."""
+        """Store the SDK task, its record, the claim events it posted, its event-log rows and the push configs added
+        with it (outbox and config rows) in one transaction (shared with the other writes of the moment: see
+        group_commit). A new task is written only if absent (TaskExists), an existing one only over the record version
+        its writer holds and never once ended (Fenced): a refused save writes none of them."""
         await self._init()
         rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
+        deliveries = tuple(delivery_row(added.delivery) for added in pushed)
+        configs = tuple((added.table, added.config) for added in pushed if added.table is not None and added.config)
+        table, row = None, None
         if not isinstance(store, DatabaseTaskStore):
             await store.save(task, context)
-            await self._submit("save", Save(None, None, row_values(record), event_rows(events), new, rows))
-            return
-        row = task_row(task, store.owner_resolver(context))
-        write = Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows)
+        else:
+            table, row = store.task_model.__table__, task_row(task, store.owner_resolver(context))
+        write = Save(table, row, row_values(record), event_rows(events), new, rows, deliveries, configs)
         await self._submit("save", write)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
@@ -339,13 +345,6 @@ class SqlLedger(SqlDeliveries):
         async with self.reader.connect() as conn:
             rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)))).all()
         return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
-
-    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
-        await self._init()
-        table = events_table
-        query = select(table.c.seq, table.c.body).where(and_(table.c.task_id == task_id, table.c.seq > seq))
-        async with self.reader.connect() as conn:
-            return [(r.seq, r.body) for r in (await conn.execute(query.order_by(table.c.seq))).all()]
 
     async def _records(self, *conditions: Any) -> list[TaskRecord]:
         await self._init()
@@ -462,6 +461,10 @@ class SqlLedger(SqlDeliveries):
                 await conn.execute(insert(claim_events_table), after.events)
             if after.logged:
                 await conn.execute(upsert_statement(self.engine.dialect.name, events_table), after.logged)
+            if after.deliveries:
+                await conn.execute(added_delivery_statement(self.engine.dialect.name), after.deliveries)
+            for table, rows in after.configs.items():
+                await conn.execute(upsert_statement(self.engine.dialect.name, table), rows)
             changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
             await self._notify(conn, changed + event_notices(after.logged))
 

@@ -224,15 +224,20 @@ class TaskWriter:
                 if not isinstance(item, Task)
             ] if logs else []
             posted = self._posted(live)
+            pushed = env.push.taken(record.task_id) if env.push is not None else []
             try:
                 owner = store_context(record.owner)
-                await env.ledger.save(env.store, persisted, owner, record, posted, new=live.durable is None, log=logged)
+                await env.ledger.save(
+                    env.store, persisted, owner, record, posted, new=live.durable is None, log=logged, pushed=pushed
+                )
             except Exception as error:
                 if not (isinstance(error, Fenced) and await self._landed(record)):
                     record.revision = before
                     record.version -= 1
                     record.state, record.notifications, record.idle_expires_at = stored
                     live.claim_log[:0] = posted
+                    if env.push is not None:
+                        env.push.restore(record.task_id, pushed)
                     raise self._fault(live, error) from error
             live.durable = (persisted, record.copy())
             if record.idle_expires_at is not None:
