@@ -21,7 +21,8 @@ from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.clock import Clock
 from a2a_bridge.core.states import is_terminal
-from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy, WebhookPoster
+from a2a_bridge.push.webhook_wire import WebhookPoster
+from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
 from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
@@ -226,17 +227,21 @@ class Outbox:
         return not await self.ledger.session_alive(delivery.holder)
 
     async def _deliver(self, delivery: Delivery) -> None:
-        """Deliver the events after the delivery's revision in order under one hold, settled once at the end of the
-        run: at the first failure (the next attempt scheduled), once half the hold has passed, or when no event is
-        left; the row is dropped once the task's end is delivered. Events stored during the run start another."""
+        """Deliver the events after the delivery's revision in order under one hold (taken before its config is read:
+        a delivery another replica or an earlier run finished costs no read), settled once at the end of the run: at
+        the first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the
+        row is dropped once the task's end is delivered. Events stored during the run start another."""
         try:
-            config = await self._config(delivery)
-            while config is not None:
+            config: TaskPushNotificationConfig | None = None
+            while True:
                 self._stored.discard(delivery.task_id)
                 until = self.clock.now() + HOLD
                 if not await self.ledger.hold_delivery(delivery, self.session, until):
                     return
                 held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
+                config = config or await self._config(held)
+                if config is None:
+                    return
                 waiting = await self.ledger.events_after(held.task_id, held.delivered)
                 settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
                 if ended:
@@ -275,16 +280,16 @@ class Outbox:
                 return settled, True
         return settled, False
 
-    async def _config(self, delivery: Delivery) -> TaskPushNotificationConfig | None:
-        """The delivery's push config (kept from its `add` on this replica, else read); its row is dropped when the
-        config was deleted."""
-        key = (delivery.task_id, delivery.config_id)
+    async def _config(self, held: Delivery) -> TaskPushNotificationConfig | None:
+        """The held delivery's push config (kept from its `add` on this replica, else read); its row is dropped when
+        the config was deleted."""
+        key = (held.task_id, held.config_id)
         found = self._configs.get(key)
         if found is None:
-            configs = await self.push_store.get_info_for_dispatch(delivery.task_id)
-            found = next((config for config in configs if config.id == delivery.config_id), None)
+            configs = await self.push_store.get_info_for_dispatch(held.task_id)
+            found = next((config for config in configs if config.id == held.config_id), None)
         if found is None:
-            await self.ledger.drop_delivery(delivery)
+            await self.ledger.drop_delivery(held)
         return found
 
     async def _attempt(self, held: Delivery, config: TaskPushNotificationConfig, revision: int, body: bytes) -> Delivery:
