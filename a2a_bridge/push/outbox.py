@@ -99,6 +99,13 @@ class Outbox:
         self._loop: asyncio.Future[None] | None = None
         self._attached: dict[str, list[PushAdded]] = {}
         """Push configs attached to tasks whose next save writes them (`attach`)."""
+        self._known: dict[str, dict[str, Delivery]] = {}
+        """Deliveries whose rows this replica wrote last (added, or settled delivered), by task and config: started as
+        soon as their task's events are stored, with no read of the store (a hold refused forgets one)."""
+        self._woken: set[str] = set()
+        """Tasks whose events were stored since the last round."""
+        self._polled = 0.0
+        """When the store's due deliveries were last read (the event loop's time)."""
 
     def logs(self, task_id: str) -> bool:
         """Whether a save of this task writes its events to the event log for the outbox."""
@@ -113,6 +120,7 @@ class Outbox:
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
         await self.ledger.add_delivery(delivery)
         await self.push_store.set_info(config.task_id, config, context)
+        self._know(delivery)
 
     async def attach(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
         """Add a push config to its task with the task's next save (`taken`), its outbox row and config row in the
@@ -137,6 +145,11 @@ class Outbox:
         if it is not)."""
         return self._attached.pop(task_id, []) if self._attached else []
 
+    def saved(self, pushed: list[PushAdded]) -> None:
+        """The save that took these push configs is committed: their rows are as attached."""
+        for added in pushed:
+            self._know(added.delivery)
+
     def restore(self, task_id: str, pushed: list[PushAdded]) -> None:
         """Push configs taken for a save that was not written: they go with the task's next save."""
         if pushed:
@@ -156,6 +169,7 @@ class Outbox:
             self.logged.discard(task_id)
         if any(key[0] == task_id for key in self._running):
             self._stored.add(task_id)
+        self._woken.add(task_id)
         self._wake.set()
 
     async def start(self, session: int) -> None:
@@ -206,17 +220,50 @@ class Outbox:
                 await asyncio.wait_for(self._wake.wait(), POLL)
 
     async def _round(self) -> None:
-        """Start the deliveries due that no live replica holds."""
+        """Start the deliveries of the tasks just stored that this replica knows the rows of; and, every POLL seconds
+        or when woken otherwise, the deliveries due in the store that no live replica holds (retries, rows of other
+        replicas or of before a restart)."""
         if not self.session:
             return
+        woken, self._woken = self._woken, set()
+        for task_id in woken:
+            for delivery in list(self._known.get(task_id, {}).values()):
+                if not self._start(delivery):
+                    self._woken.add(task_id)
+        now_loop = asyncio.get_running_loop().time()
+        running = {task_id for task_id, _ in self._running}
+        if woken and now_loop - self._polled < POLL and all(t in self._known or t in running for t in woken):
+            return
+        self._polled = now_loop
         now = self.clock.now()
         for delivery in await self.ledger.due_deliveries(self.agent, now, BATCH):
             key = (delivery.task_id, delivery.config_id)
-            if key in self._running or len(self._running) >= BATCH or not await self._free(delivery, now):
-                continue
-            job = asyncio.ensure_future(self._deliver(delivery))
-            self._running[key] = job
-            job.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+            if key not in self._running and len(self._running) < BATCH and await self._free(delivery, now):
+                self._start(delivery)
+
+    def _start(self, delivery: Delivery) -> bool:
+        """Run a delivery unless it runs already; False when BATCH run already."""
+        key = (delivery.task_id, delivery.config_id)
+        if key in self._running:
+            return True
+        if len(self._running) >= BATCH:
+            return False
+        job = asyncio.ensure_future(self._deliver(delivery))
+        self._running[key] = job
+        job.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+        return True
+
+    def _know(self, delivery: Delivery) -> None:
+        """Note a row as this replica wrote it, when it is to be delivered at once (not failing, not given up)."""
+        if delivery.attempts or delivery.dead:
+            self._forget(delivery)
+            return
+        self._known.setdefault(delivery.task_id, {})[delivery.config_id] = delivery
+
+    def _forget(self, delivery: Delivery) -> None:
+        known = self._known.get(delivery.task_id)
+        if known is not None and known.pop(delivery.config_id, None) is not None and not known:
+            del self._known[delivery.task_id]
 
     async def _free(self, delivery: Delivery, now: datetime) -> bool:
         """Whether this process may take the delivery: no one holds it, the hold ran out, or its holder is gone."""
@@ -231,6 +278,7 @@ class Outbox:
         a delivery another replica or an earlier run finished costs no read), settled once at the end of the run: at
         the first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the
         row is dropped once the task's end is delivered. Events stored during the run start another."""
+        self._forget(delivery)
         try:
             config: TaskPushNotificationConfig | None = None
             while True:
@@ -250,10 +298,11 @@ class Outbox:
                     return
                 if not await self.ledger.settle_delivery(held, settled) or settled.attempts or settled.dead:
                     return
+                delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
                 read_all = not waiting or settled.delivered == waiting[-1][0]
                 if read_all and delivery.task_id not in self._stored:
+                    self._know(delivery)
                     return
-                delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
         except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
             if not transient(error):
                 log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)

@@ -239,6 +239,8 @@ class TaskWriter:
                     if env.push is not None:
                         env.push.restore(record.task_id, pushed)
                     raise self._fault(live, error) from error
+            if pushed and env.push is not None:
+                env.push.saved(pushed)
             live.durable = (persisted, record.copy())
             if record.idle_expires_at is not None:
                 env.deadlines[record.task_id] = record.idle_expires_at
