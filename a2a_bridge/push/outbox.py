@@ -322,7 +322,7 @@ class Outbox:
             if "message" in event:  # a message of the task's: push notifications carry its updates only
                 settled = settled._replace(delivered=revision)
                 continue
-            settled = await self._attempt(settled, config, revision, orjson.dumps(event))
+            settled = await self._attempt(settled, config, revision, body.encode())
             if settled.delivered != revision:
                 return settled, False
             if ends_task(event):

@@ -3,6 +3,7 @@ checked at creation and at each connection) and the log of failing webhooks (onc
 themselves are `webhook_wire`'s; what is delivered when is the outbox's (`outbox.Outbox`)."""
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import socket
@@ -118,19 +119,47 @@ class WebhookPolicy:
         return addresses
 
     async def refusal(self, url: str) -> str | None:
-        """Why a webhook URL is refused, or None when it may be used."""
-        try:
-            parsed = urllib.parse.urlsplit(url)
-            port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        except ValueError:
-            return "url is not a valid URL"
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            return "url must be an http or https URL with a host"
-        if parsed.username or parsed.password:
-            return "url must not carry credentials; use authentication"
-        if await self.addresses(parsed.hostname, port) is None:
-            return "url must resolve to public addresses only (loopback, private and link-local are refused)"
+        """Why a webhook URL is refused, or None when it may be used: a URL whose host is an address is judged once
+        (`literal_refusal`), a host name resolved at each call."""
+        reason, host, port = url_parts(url)
+        if reason is not None or host is None:
+            return reason
+        literal, reason = literal_refusal(self, url)
+        if literal:
+            return reason
+        if await self.addresses(host, port) is None:
+            return REFUSED_ADDRESS
         return None
+
+
+REFUSED_ADDRESS = "url must resolve to public addresses only (loopback, private and link-local are refused)"
+
+
+@functools.lru_cache(maxsize=4096)
+def url_parts(url: str) -> tuple[str | None, str | None, int]:
+    """Why a URL cannot be a webhook's whatever its host's addresses (None when it may be), its host and port."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return "url is not a valid URL", None, 0
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return "url must be an http or https URL with a host", None, 0
+    if parsed.username or parsed.password:
+        return "url must not carry credentials; use authentication", None, 0
+    return None, parsed.hostname, port
+
+
+@functools.lru_cache(maxsize=4096)
+def literal_refusal(policy: WebhookPolicy, url: str) -> tuple[bool, str | None]:
+    """For a URL that may be a webhook's and whose host is an IP address: (True, why the policy refuses it, or None);
+    (False, None) when its host is a name, which is resolved at each check."""
+    _, host, _ = url_parts(url)
+    try:
+        address = ipaddress.ip_address((host or "").strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False, None
+    return True, None if policy.allows(address) else REFUSED_ADDRESS
 
 
 FIRST_REPEAT = 60.0

@@ -1,17 +1,12 @@
-"""A batch of the push outbox's row changes (holds, settles, drops) in one transaction: the outbox's deliveries of one
-round each hold, settle and drop their own row, and those submitted while a transaction runs share the next
-(`group_commit.GroupCommit`), so a busy outbox commits once per round, not three times per task. On SQLite the batch is
-one trip to the connection's thread, as `ledger_batch.SqliteBatch` does for the task saves; elsewhere SQLAlchemy's
-statements in one transaction."""
+"""The push outbox's row changes (holds, settles, drops), written in the ledger's group commit: the changes submitted
+while a transaction runs share the next one with the task saves of the moment (`group_commit.GroupCommit`), so a busy
+outbox adds no transaction of its own. Each change as SQLite's statement and parameters (run by
+`ledger_batch.SqliteBatch` in its one trip to the connection's thread) and as SQLAlchemy's (PostgreSQL)."""
 
-import contextlib
-import sqlite3
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, update
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Executable
 
 from a2a_bridge.store.ledger import Delivery
@@ -74,7 +69,7 @@ def sqlite_params(change: Change) -> tuple[str, tuple[Any, ...]]:
     return DROP_SQL, (d.task_id, d.config_id, d.holds)
 
 
-def statement(change: Change) -> Executable:
+def change_statement(change: Change) -> Executable:
     """The SQLAlchemy statement of one change (PostgreSQL)."""
     d = deliveries_table
     if isinstance(change, Hold):
@@ -90,35 +85,3 @@ def statement(change: Change) -> Executable:
         values = {**delivery_row(change.settled), "holder": None, "held_until": None, "holds": held.holds}
         return update(d).where(and_(*delivery_key(held), d.c.holder == held.holder, d.c.holds == held.holds)).values(**values)
     return delete(d).where(and_(*delivery_key(change.delivery), d.c.holds == change.delivery.holds))
-
-
-def run_sqlite(driver: Any, changes: list[Change]) -> list[bool]:
-    """On the SQLite connection's thread (aiosqlite's `_execute`, as `SqliteBatch` uses it): the changes and their
-    commit, a failure rolled back and raised as SQLAlchemy raises it."""
-    db: sqlite3.Connection = driver._conn
-    sql = ""
-    try:
-        changed: list[bool] = []
-        for change in changes:
-            sql, params = sqlite_params(change)
-            changed.append(db.execute(sql, params).rowcount == 1)
-        sql = "COMMIT"
-        db.commit()
-    except BaseException as error:
-        with contextlib.suppress(sqlite3.Error):
-            db.rollback()
-        if isinstance(error, sqlite3.Error):
-            raise DBAPIError.instance(sql, None, error, sqlite3.Error) from error
-        raise
-    return changed
-
-
-async def run_batch(conn: AsyncConnection, changes: list[Change], sqlite: bool) -> list[bool]:
-    """The changes in one transaction on `conn` (which holds none when called), committed; whether each changed its
-    row."""
-    if sqlite:
-        driver = (await conn.get_raw_connection()).driver_connection
-        changed: list[bool] = await driver._execute(run_sqlite, driver, changes)  # type: ignore[union-attr]
-        return changed
-    async with conn.begin():
-        return [(await conn.execute(statement(change))).rowcount == 1 for change in changes]

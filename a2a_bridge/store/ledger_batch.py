@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Executable
 
+from a2a_bridge.store.delivery_batch import Change, sqlite_params
 from a2a_bridge.store.ledger import Fenced, SentMessage, TaskExists
 from a2a_bridge.store.ledger_tables import (
     added_delivery_statement,
@@ -67,10 +68,10 @@ class Remember(NamedTuple):
     sent: SentMessage
 
 
-Write = Save | Remember
-Outcome = SentMessage | TaskExists | Fenced | None
-"""What a write answers: a message's first send, or the refusal of a save; a refusal is the answer of one write, not a
-failure of the batch that holds it."""
+Write = Save | Remember | Change
+Outcome = SentMessage | TaskExists | Fenced | bool | None
+"""What a write answers: a message's first send, the refusal of a save, or whether an outbox row change changed its row
+(`delivery_batch`); a refusal is the answer of one write, not a failure of the batch that holds it."""
 Known = dict[tuple[str, str, str], SentMessage]
 
 
@@ -232,11 +233,12 @@ class SqliteBatch:
 
     async def run(
         self, conn: AsyncConnection, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
-        results: list[Outcome],
+        results: list[Outcome], changes: list[tuple[int, Change]],
     ) -> set[tuple[str, bool]]:
         """Write the batch in one transaction on `conn`, which holds none when called, and commit it (rolled back if
-        any statement or the commit fails); `results` gets each remembered message's first send and each refused
-        save's refusal. Returns the (task id, new) of the records written."""
+        any statement or the commit fails); `results` gets each remembered message's first send, each refused
+        save's refusal and whether each outbox row change changed its row. Returns the (task id, new) of the records
+        written."""
         for _, save in saves:
             if save.table is not None and save.table not in self._tasks:
                 self._tasks[save.table] = Compiled(upsert_statement(self._dialect.name, save.table), save.table, self._dialect)
@@ -247,7 +249,7 @@ class SqliteBatch:
         driver = raw.driver_connection
         large: list[bool] = []
         written: set[tuple[str, bool]] = await driver._execute(  # type: ignore[union-attr]
-            self._write, driver, saves, remembered, results, large
+            self._write, driver, saves, remembered, results, large, changes
         )
         if large:
             raw.info[LARGE] = True
@@ -255,7 +257,7 @@ class SqliteBatch:
 
     def _write(
         self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
-        results: list[Outcome], large: list[bool],
+        results: list[Outcome], large: list[bool], changes: list[tuple[int, Change]],
     ) -> set[tuple[str, bool]]:
         """On the connection's thread: the batch's statements and the commit, a failure rolled back and raised as
         SQLAlchemy raises it. The sqlite3 module begins the transaction before the first write, as it does under
@@ -292,6 +294,9 @@ class SqliteBatch:
             for table, rows in after.configs.items():
                 statement = self._tasks[table].sql
                 self._many(db, self._tasks[table], rows, large)
+            for index, change in changes:
+                statement, params = sqlite_params(change)
+                results[index] = db.execute(statement, params).rowcount == 1
             statement = "COMMIT"
             db.commit()
         except BaseException as error:

@@ -1,6 +1,7 @@
 """The push outbox's rows on SQLite and PostgreSQL (`ledger.Delivery`, table `bridge_push_deliveries`): the part of
-`SqlLedger` that holds, settles and lists deliveries (holds, settles and drops batched: `delivery_batch`) and reads the
-events to deliver (the reads asked at once in one query); what is to deliver is the event log (`bridge_events`)."""
+`SqlLedger` that holds, settles and lists deliveries (holds, settles and drops in the ledger's group commit:
+`delivery_batch`) and reads the events to deliver (the reads asked at once in one query); what is to deliver is the
+event log (`bridge_events`)."""
 
 from datetime import datetime
 
@@ -8,9 +9,10 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle, run_batch
+from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import Delivery
+from a2a_bridge.store.ledger_batch import Outcome, Write
 from a2a_bridge.store.ledger_tables import deliveries_table, delivery_of, delivery_row, events_table
 
 
@@ -20,7 +22,7 @@ class SqlDeliveries:
     engine: AsyncEngine
     reader: AsyncEngine
     shared: bool
-    _delivery_changes: GroupCommit[Change, bool] | None = None
+    _writes: GroupCommit[Write, Outcome]
     _event_reads: GroupCommit[tuple[str, int], list[tuple[int, str]]] | None = None
 
     async def _init(self) -> None: ...
@@ -66,18 +68,10 @@ class SqlDeliveries:
         return await self._change(Drop(delivery))
 
     async def _change(self, change: Change) -> bool:
-        """A change of an outbox row, in the transaction of the changes submitted meanwhile (`delivery_batch`)."""
+        """A change of an outbox row, in the ledger's next group commit (`delivery_batch`)."""
         await self._init()
-        if self._delivery_changes is None:
-            self._delivery_changes = GroupCommit(self._change_many, self._change_one)
-        return await self._delivery_changes.submit(change)
-
-    async def _change_many(self, changes: list[Change]) -> list[bool]:
-        async with self.engine.connect() as conn:
-            return await run_batch(conn, changes, not self.shared)
-
-    async def _change_one(self, change: Change) -> bool:
-        return (await self._change_many([change]))[0]
+        changed = await self._writes.submit(change)
+        return changed is True
 
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
         """A task's logged events after `seq`, in order: read with the other reads asked meanwhile, in one query."""

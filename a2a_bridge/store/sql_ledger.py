@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
+from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle, change_statement
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import (
     HELD,
@@ -425,8 +426,9 @@ class SqlLedger(SqlDeliveries):
         results: list[Outcome] = [None] * len(writes)
         saves = [(index, write) for index, write in enumerate(writes) if isinstance(write, Save)]
         remembered = [(index, write) for index, write in enumerate(writes) if isinstance(write, Remember)]
+        changes = [(index, write) for index, write in enumerate(writes) if isinstance(write, Hold | Settle | Drop)]
         try:
-            await self._write_saves(saves, remembered, results)
+            await self._write_saves(saves, remembered, results, changes)
         finally:
             if saves:
                 self._tell_written([save.record["task_id"] for _, save in saves])
@@ -435,15 +437,16 @@ class SqlLedger(SqlDeliveries):
         return results
 
     async def _write_saves(
-        self, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]], results: list[Outcome]
+        self, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]], results: list[Outcome],
+        changes: list[tuple[int, Change]],
     ) -> None:
         """The batch's transaction: each record (new ones only where absent, others only where not ended), then for the
-        records written their task rows, claim events and event-log rows, and every new message; `results` gets each
-        refused save's refusal. On SQLite in one trip to the connection's thread, commit included
-        (`ledger_batch.SqliteBatch`)."""
+        records written their task rows, claim events, event-log rows and push configs added, every new message, and
+        the push outbox's row changes; `results` gets each refused save's refusal and each change's outcome. On SQLite
+        in one trip to the connection's thread, commit included (`ledger_batch.SqliteBatch`)."""
         if self._sqlite is not None:
             async with self.engine.connect() as conn:
-                await self._sqlite.run(conn, saves, remembered, results)
+                await self._sqlite.run(conn, saves, remembered, results, changes)
             return
         async with self.engine.begin() as conn:
             if remembered:
@@ -465,6 +468,8 @@ class SqlLedger(SqlDeliveries):
                 await conn.execute(added_delivery_statement(self.engine.dialect.name), after.deliveries)
             for table, rows in after.configs.items():
                 await conn.execute(upsert_statement(self.engine.dialect.name, table), rows)
+            for index, change in changes:
+                results[index] = (await conn.execute(change_statement(change))).rowcount == 1
             changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
             await self._notify(conn, changed + event_notices(after.logged))
 

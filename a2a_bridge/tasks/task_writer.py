@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from a2a.server.context import ServerCallContext
 from a2a.types import Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
-from google.protobuf.json_format import MessageToJson
 
 from a2a_bridge.core import claims
 from a2a_bridge.core.auth import RESPONSIBLE_USER, store_context
@@ -20,6 +21,7 @@ from a2a_bridge.core.states import is_terminal, row_for, state_name
 from a2a_bridge.core.task_events import Event, apply_event, stamp_ids
 from a2a_bridge.core.task_status import ANONYMOUS, next_notifications
 from a2a_bridge.store.ledger import ClaimEvent, Fenced, TaskExists, TaskRecord
+from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import StoreUnavailable, transient
 from a2a_bridge.tasks import eager
 from a2a_bridge.tasks.host_env import HostEnv
@@ -219,7 +221,7 @@ class TaskWriter:
                 record.idle_expires_at = None
             logs = env.ledger.shared or (env.push is not None and env.push.logs(record.task_id))
             logged = [
-                (before + offset, MessageToJson(to_stream_response(item)))
+                (before + offset, orjson.dumps(to_dict(to_stream_response(item))).decode())
                 for offset, item in enumerate(items, 1)
                 if not isinstance(item, Task)
             ] if logs else []
