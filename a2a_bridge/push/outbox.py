@@ -24,6 +24,7 @@ from a2a_bridge.core.states import is_terminal
 from a2a_bridge.push.webhook_wire import WebhookPoster
 from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
 from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
+from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ HOLD = timedelta(seconds=60)
 any replica may take it over (at once when the holder's session is gone)."""
 BATCH = 64
 """Deliveries read per round, and attempted at once at the most."""
+CACHED = 256
+"""Events of one task kept in memory for its deliveries at the most (past it they are read from the store)."""
 IDS = uuid.UUID("4f2b6d0e-2a41-4c2e-9d8e-a2abe1d9e0b1")
 """The namespace of delivery ids (`delivery_id`)."""
 
@@ -55,6 +58,22 @@ class RetrySchedule:
 def delivery_id(task_id: str, config_id: str, revision: int) -> str:
     """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it)."""
     return str(uuid.uuid5(IDS, f"{task_id}\n{config_id}\n{revision}"))
+
+
+PLAIN_CONFIG_COLUMNS = frozenset({"task_id", "config_id", "owner", "config_data", "protocol_version"})
+
+
+def config_row(store: DatabasePushNotificationConfigStore, config: TaskPushNotificationConfig, owner: str) -> dict[str, Any]:
+    """The push config table's row of a config as the SDK's store writes it (`_to_orm`): its JSON, written by
+    proto_json and orjson where the store neither encrypts nor converts and the table has the SDK's columns."""
+    table = store.config_model.__table__
+    if store._fernet is not None or store.core_to_model_conversion is not None or set(table.columns.keys()) != PLAIN_CONFIG_COLUMNS:
+        model = store._to_orm(config.task_id, config, owner)
+        return {column.key: getattr(model, column.key) for column in table.columns}
+    return {
+        "task_id": config.task_id, "config_id": config.id, "owner": owner,
+        "config_data": orjson.dumps(to_dict(config)), "protocol_version": "1.0",
+    }
 
 
 def ends_task(event: dict[str, Any]) -> bool:
@@ -106,6 +125,9 @@ class Outbox:
         """Tasks whose events were stored since the last round."""
         self._polled = 0.0
         """When the store's due deliveries were last read (the event loop's time)."""
+        self._events: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}
+        """Per task with deliveries known here, the events this replica logged of revisions (start, end], all of them
+        (`saved`): what a delivery started by its task's save reads instead of the store."""
 
     def logs(self, task_id: str) -> bool:
         """Whether a save of this task writes its events to the event log for the outbox."""
@@ -134,9 +156,8 @@ class Outbox:
         self.logged.add(config.task_id)
         self._configs[(config.task_id, config.id)] = config
         saved = normalize_push_notification_config(config.task_id, config)
-        model = store._to_orm(config.task_id, saved, store.owner_resolver(context))
         table = store.config_model.__table__
-        row = {column.key: getattr(model, column.key) for column in table.columns}
+        row = config_row(store, saved, store.owner_resolver(context))
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
         self._attached.setdefault(config.task_id, []).append(PushAdded(delivery, table, row))
 
@@ -145,10 +166,28 @@ class Outbox:
         if it is not)."""
         return self._attached.pop(task_id, []) if self._attached else []
 
-    def saved(self, pushed: list[PushAdded]) -> None:
-        """The save that took these push configs is committed: their rows are as attached."""
+    def saved(self, task_id: str, pushed: list[PushAdded], before: int, after: int, logged: list[tuple[int, str]]) -> None:
+        """A save of a task is committed: the push configs it took have their rows as attached, and the events it
+        logged (revisions `before` to `after`) are kept for the task's deliveries known here."""
         for added in pushed:
             self._know(added.delivery)
+        if task_id not in self._known and not any(running == task_id for running, _ in self._running):
+            return
+        kept = self._events.get(task_id)
+        if kept is not None and kept[1] == before and len(kept[2]) + len(logged) <= CACHED:
+            kept[2].extend(logged)
+            self._events[task_id] = (kept[0], after, kept[2])
+        elif len(logged) <= CACHED:
+            self._events[task_id] = (before, after, list(logged))
+        else:
+            self._events.pop(task_id, None)
+
+    def _kept_events(self, task_id: str, delivered: int) -> list[tuple[int, str]] | None:
+        """The task's events after revision `delivered` as this replica logged them, when it logged every one since."""
+        kept = self._events.get(task_id)
+        if kept is None or not kept[0] <= delivered <= kept[1]:
+            return None
+        return [event for event in kept[2] if event[0] > delivered]
 
     def restore(self, task_id: str, pushed: list[PushAdded]) -> None:
         """Push configs taken for a save that was not written: they go with the task's next save."""
@@ -239,16 +278,17 @@ class Outbox:
         for delivery in await self.ledger.due_deliveries(self.agent, now, BATCH):
             key = (delivery.task_id, delivery.config_id)
             if key not in self._running and len(self._running) < BATCH and await self._free(delivery, now):
-                self._start(delivery)
+                self._start(delivery, from_store=True)
 
-    def _start(self, delivery: Delivery) -> bool:
-        """Run a delivery unless it runs already; False when BATCH run already."""
+    def _start(self, delivery: Delivery, from_store: bool = False) -> bool:
+        """Run a delivery unless it runs already (`from_store`: found due in the store, whose events are read from
+        it); False when BATCH run already."""
         key = (delivery.task_id, delivery.config_id)
         if key in self._running:
             return True
         if len(self._running) >= BATCH:
             return False
-        job = asyncio.ensure_future(self._deliver(delivery))
+        job = asyncio.ensure_future(self._deliver(delivery, from_store))
         self._running[key] = job
         job.add_done_callback(lambda _, key=key: self._running.pop(key, None))
         return True
@@ -264,6 +304,13 @@ class Outbox:
         known = self._known.get(delivery.task_id)
         if known is not None and known.pop(delivery.config_id, None) is not None and not known:
             del self._known[delivery.task_id]
+            if not any(task_id == delivery.task_id for task_id, _ in self._running):
+                self._events.pop(delivery.task_id, None)
+
+    def _done(self, task_id: str) -> None:
+        """A delivery run of a task ended: its kept events go unless a delivery of the task is known or runs on."""
+        if task_id not in self._known and sum(running == task_id for running, _ in self._running) <= 1:
+            self._events.pop(task_id, None)
 
     async def _free(self, delivery: Delivery, now: datetime) -> bool:
         """Whether this process may take the delivery: no one holds it, the hold ran out, or its holder is gone."""
@@ -273,11 +320,12 @@ class Outbox:
             return True
         return not await self.ledger.session_alive(delivery.holder)
 
-    async def _deliver(self, delivery: Delivery) -> None:
+    async def _deliver(self, delivery: Delivery, from_store: bool = True) -> None:
         """Deliver the events after the delivery's revision in order under one hold (taken before its config is read:
         a delivery another replica or an earlier run finished costs no read), settled once at the end of the run: at
         the first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the
-        row is dropped once the task's end is delivered. Events stored during the run start another."""
+        row is dropped once the task's end is delivered. Events stored during the run start another. A run started by its
+        task's save reads the events this replica kept of it (`saved`), one `from_store` reads them from the store."""
         self._forget(delivery)
         try:
             config: TaskPushNotificationConfig | None = None
@@ -290,7 +338,9 @@ class Outbox:
                 config = config or await self._config(held)
                 if config is None:
                     return
-                waiting = await self.ledger.events_after(held.task_id, held.delivered)
+                kept = None if from_store else self._kept_events(held.task_id, held.delivered)
+                waiting = kept if kept is not None else await self.ledger.events_after(held.task_id, held.delivered)
+                from_store = False
                 settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
                 if ended:
                     if await self.ledger.drop_delivery(held):
@@ -308,6 +358,8 @@ class Outbox:
                 log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)
             else:
                 OUTAGE.failed(error)
+        finally:
+            self._done(delivery.task_id)
 
     async def _run_events(
         self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime

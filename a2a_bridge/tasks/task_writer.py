@@ -241,8 +241,8 @@ class TaskWriter:
                     if env.push is not None:
                         env.push.restore(record.task_id, pushed)
                     raise self._fault(live, error) from error
-            if pushed and env.push is not None:
-                env.push.saved(pushed)
+            if env.push is not None and (pushed or logged):
+                env.push.saved(record.task_id, pushed, before, record.revision, logged)
             live.durable = (persisted, record.copy())
             if record.idle_expires_at is not None:
                 env.deadlines[record.task_id] = record.idle_expires_at
