@@ -5,6 +5,8 @@ again) after it. What is to deliver is the task's event log, written in the same
 replica's death loses nothing: any live replica goes on where the last delivery stopped (docs/webhooks.md)."""
 
 import asyncio
+import collections
+import hashlib
 import contextlib
 import logging
 import uuid
@@ -56,18 +58,26 @@ class RetrySchedule:
 
 
 def delivery_id(task_id: str, config_id: str, revision: int) -> str:
-    """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it)."""
-    return str(uuid.uuid5(IDS, f"{task_id}\n{config_id}\n{revision}"))
+    """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it): the
+    name-based UUID (version 5) of IDS and "task\\nconfig\\nrevision", as `uuid.uuid5` makes it, formatted directly."""
+    digest = bytearray(hashlib.sha1(IDS.bytes + f"{task_id}\n{config_id}\n{revision}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    text = digest.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 PLAIN_CONFIG_COLUMNS = frozenset({"task_id", "config_id", "owner", "config_data", "protocol_version"})
 
 
-def config_row(store: DatabasePushNotificationConfigStore, config: TaskPushNotificationConfig, owner: str) -> dict[str, Any]:
+def config_row(
+    store: DatabasePushNotificationConfigStore, config: TaskPushNotificationConfig, owner: str
+) -> dict[str, Any]:
     """The push config table's row of a config as the SDK's store writes it (`_to_orm`): its JSON, written by
     proto_json and orjson where the store neither encrypts nor converts and the table has the SDK's columns."""
     table = store.config_model.__table__
-    if store._fernet is not None or store.core_to_model_conversion is not None or set(table.columns.keys()) != PLAIN_CONFIG_COLUMNS:
+    plain = store._fernet is None and store.core_to_model_conversion is None
+    if not plain or set(table.columns.keys()) != PLAIN_CONFIG_COLUMNS:
         model = store._to_orm(config.task_id, config, owner)
         return {column.key: getattr(model, column.key) for column in table.columns}
     return {
@@ -111,6 +121,8 @@ class Outbox:
         """Tasks of this process with push configs, whose events a store that logs no other events must log."""
         self._wake = asyncio.Event()
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._runs: collections.Counter[str] = collections.Counter()
+        """Delivery runs under way per task."""
         self._stored: set[str] = set()
         """Tasks whose events were stored since a delivery run of theirs began: the run goes on to them."""
         self._configs: dict[tuple[str, str], TaskPushNotificationConfig] = {}
@@ -149,7 +161,8 @@ class Outbox:
         save's own transaction where the config table is in the ledger's database (else as `add` does), its deliveries
         starting with the events after revision `after`."""
         store = self.push_store
-        if not isinstance(store, DatabasePushNotificationConfigStore) or getattr(self.ledger, "engine", None) is not store.engine:
+        in_ledger = isinstance(store, DatabasePushNotificationConfigStore) and getattr(self.ledger, "engine", None) is store.engine
+        if not in_ledger:
             await self.add(config, context, after)
             return
         await store._ensure_initialized()
@@ -171,7 +184,7 @@ class Outbox:
         logged (revisions `before` to `after`) are kept for the task's deliveries known here."""
         for added in pushed:
             self._know(added.delivery)
-        if task_id not in self._known and not any(running == task_id for running, _ in self._running):
+        if task_id not in self._known and not self._runs[task_id]:
             return
         kept = self._events.get(task_id)
         if kept is not None and kept[1] == before and len(kept[2]) + len(logged) <= CACHED:
@@ -206,7 +219,7 @@ class Outbox:
         """Events of a task with push configs were stored: deliver them now (a task that ended logs no more)."""
         if ended:
             self.logged.discard(task_id)
-        if any(key[0] == task_id for key in self._running):
+        if self._runs[task_id]:
             self._stored.add(task_id)
         self._woken.add(task_id)
         self._wake.set()
@@ -270,8 +283,7 @@ class Outbox:
                 if not self._start(delivery):
                     self._woken.add(task_id)
         now_loop = asyncio.get_running_loop().time()
-        running = {task_id for task_id, _ in self._running}
-        if woken and now_loop - self._polled < POLL and all(t in self._known or t in running for t in woken):
+        if woken and now_loop - self._polled < POLL and all(t in self._known or self._runs[t] for t in woken):
             return
         self._polled = now_loop
         now = self.clock.now()
@@ -290,7 +302,8 @@ class Outbox:
             return False
         job = asyncio.ensure_future(self._deliver(delivery, from_store))
         self._running[key] = job
-        job.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+        self._runs[key[0]] += 1
+        job.add_done_callback(lambda _, key=key: self._ran(key))
         return True
 
     def _know(self, delivery: Delivery) -> None:
@@ -304,12 +317,18 @@ class Outbox:
         known = self._known.get(delivery.task_id)
         if known is not None and known.pop(delivery.config_id, None) is not None and not known:
             del self._known[delivery.task_id]
-            if not any(task_id == delivery.task_id for task_id, _ in self._running):
+            if not self._runs[delivery.task_id]:
                 self._events.pop(delivery.task_id, None)
+
+    def _ran(self, key: tuple[str, str]) -> None:
+        self._running.pop(key, None)
+        self._runs[key[0]] -= 1
+        if self._runs[key[0]] <= 0:
+            del self._runs[key[0]]
 
     def _done(self, task_id: str) -> None:
         """A delivery run of a task ended: its kept events go unless a delivery of the task is known or runs on."""
-        if task_id not in self._known and sum(running == task_id for running, _ in self._running) <= 1:
+        if task_id not in self._known and self._runs[task_id] <= 1:
             self._events.pop(task_id, None)
 
     async def _free(self, delivery: Delivery, now: datetime) -> bool:

@@ -5,6 +5,7 @@ POST written as bytes, and of the answer its status line and a bounded head; a b
 whole (else the connection is closed unread), never decompressed; and the poster of one notification over them."""
 
 import asyncio
+import functools
 import ssl
 import time
 import urllib.parse
@@ -24,8 +25,6 @@ IDLE_PER_ORIGIN = 64
 """Idle keep-alive connections kept per receiver origin; more are closed."""
 IDLE_SECONDS = 30.0
 """A connection idle longer is closed rather than used again."""
-FORBIDDEN = frozenset("\r\n\0")
-"""Characters no header name or value may hold (they would end it, or the head, early)."""
 PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 """Characters of a URL's path and query sent as they are; others are percent-encoded."""
 
@@ -77,50 +76,60 @@ class Answer(NamedTuple):
     """Whether the connection may carry the next request (the whole answer read, not closed by the receiver)."""
 
 
-def request_bytes(url: str, headers: dict[str, str], body: bytes) -> tuple[Origin, bytes]:
-    """A URL's origin and the POST of `body` to it with `headers`; WireError for a URL or header that cannot be sent."""
+@functools.lru_cache(maxsize=4096)
+def request_line(url: str) -> tuple[Origin, str] | None:
+    """A URL's origin and the start of a POST to it (request line and Host header); None for a URL that is not an
+    http(s) URL with a host."""
     try:
         parsed = urllib.parse.urlsplit(url)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
     except ValueError:
-        raise WireError("UnsupportedProtocol") from None
+        return None
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise WireError("UnsupportedProtocol")
+        return None
     target = urllib.parse.quote(parsed.path or "/", safe=PATH_SAFE)
     if parsed.query:
         target += "?" + urllib.parse.quote(parsed.query, safe=PATH_SAFE + "?")
-    if any(FORBIDDEN.intersection(text) for text in (*headers, *headers.values())):
-        raise WireError("LocalProtocolError")
-    lines = [f"POST {target} HTTP/1.1", f"Host: {parsed.netloc.rsplit('@', 1)[-1]}", f"Content-Length: {len(body)}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    text = "\r\n".join(lines) + "\r\n\r\n"
+    host = parsed.netloc.rsplit("@", 1)[-1]
+    return Origin(parsed.scheme, parsed.hostname, port), f"POST {target} HTTP/1.1\r\nHost: {host}\r\n"
+
+
+def request_bytes(url: str, headers: dict[str, str], body: bytes) -> tuple[Origin, bytes]:
+    """A URL's origin and the POST of `body` to it with `headers`; WireError for a URL or header that cannot be sent."""
+    start = request_line(url)
+    if start is None:
+        raise WireError("UnsupportedProtocol")
+    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    lines = len(headers)
+    if fields.count("\r") != lines or fields.count("\n") != lines or fields.count("\r\n") != lines or "\0" in fields:
+        raise WireError("LocalProtocolError")  # a CR, LF or NUL in a name or value would end it, or the head, early
     try:
-        head = text.encode("latin-1")
+        head = f"{start[1]}Content-Length: {len(body)}\r\n{fields}\r\n".encode("latin-1")
     except UnicodeEncodeError:
         raise WireError("LocalProtocolError") from None
-    return Origin(parsed.scheme, parsed.hostname, port), head + body
+    return start[0], head + body
 
 
 def parse_head(head: bytes) -> tuple[int, bool, int | None, bool]:
     """An answer head's status, whether HTTP/1.1 keeps the connection open, its Content-Length (None when absent or
     chunked) and whether it is chunked."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
+    end = head.find(b"\r\n")
+    line = head[:end]
+    code = line[9:12]
+    if len(line) < 12 or not line.startswith(b"HTTP/1.") or line[8:9] != b" " or not code.isdigit() or line[12:13] not in (b"", b" "):
         raise WireError("RemoteProtocolError")
-    keep = parts[0] == "HTTP/1.1"
+    keep = line.startswith(b"HTTP/1.1")
+    fields = head[end:].lower()
+    chunked = b"\r\ntransfer-encoding:" in fields
     length: int | None = None
-    chunked = False
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == "content-length" and value.isdigit():
-            length = int(value)
-        elif name == "transfer-encoding":
-            chunked = True
-        elif name == "connection" and "close" in value:
-            keep = False
-    return int(parts[1]), keep, None if chunked else length, chunked
+    at = fields.find(b"\r\ncontent-length:")
+    if at >= 0:
+        value = fields[at + 17 : fields.find(b"\r\n", at + 2)].strip()
+        length = int(value) if value.isdigit() else None
+    at = fields.find(b"\r\nconnection:")
+    if at >= 0 and b"close" in fields[at : fields.find(b"\r\n", at + 2)]:
+        keep = False
+    return int(code), keep, None if chunked else length, chunked
 
 
 async def read_answer(reader: asyncio.StreamReader) -> Answer:

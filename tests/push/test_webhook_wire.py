@@ -15,7 +15,7 @@ import pytest
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.config import parse_network
-from a2a_bridge.push.webhook_wire import WebhookConnections, WebhookPoster, WireError
+from a2a_bridge.push.webhook_wire import WebhookConnections, WebhookPoster, WireError, parse_head
 from a2a_bridge.push.webhooks import WebhookPolicy
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -179,10 +179,11 @@ async def test_a_huge_answer_is_not_read_and_its_connection_is_closed(framing: b
 
 
 @pytest.mark.anyio
-async def test_a_header_that_would_split_the_request_is_not_sent() -> None:
+@pytest.mark.parametrize("token", ["t\r\nX-Injected: 1", "t\nX-Injected: 1", "t\rX", "t\0"])
+async def test_a_header_that_would_split_the_request_is_not_sent(token: str) -> None:
     async with receiving(keep_alive) as (seen, port):
         poster = WebhookPoster(WebhookConnections(loopback_policy()))
-        reason = await poster.post(config(f"http://hooks.test:{port}/h", "t\r\nX-Injected: 1"), b"{}", {})
+        reason = await poster.post(config(f"http://hooks.test:{port}/h", token), b"{}", {})
     assert reason == "LocalProtocolError"
     assert seen.connections == 0
 
@@ -212,3 +213,24 @@ async def test_an_https_receiver_is_reached_over_tls_and_its_name_verified(tmp_p
         with pytest.raises(WireError, match="ConnectError"):
             await WebhookConnections(loopback_policy()).post(f"https://hooks.test:{port}/h", {}, b"untrusted")
     assert [body for _, body in seen.requests] == [b"secret", b"again"]
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 204 No Content\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n",
+    b"HTTP/1.0 200 OK\r\ncontent-length:3\r\n\r\n",
+    b"HTTP/1.1 500\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+])
+def test_an_answer_head_is_read_for_its_status_framing_and_keep_alive(head: bytes) -> None:
+    status, keep, length, chunked = parse_head(head)
+    expected = {
+        b"HTTP/1.1 204": (204, True, None, False), b"HTTP/1.1 200": (200, False, 3, False),
+        b"HTTP/1.0 200": (200, False, 3, False), b"HTTP/1.1 500": (500, True, None, True),
+    }[head[:12]]
+    assert (status, keep, length, chunked) == expected
+
+
+@pytest.mark.parametrize("head", [b"HTTP/2 200\r\n\r\n", b"HTTP/1.1 20\r\n\r\n", b"SSH-2.0-OpenSSH\r\n\r\n"])
+def test_a_head_that_is_not_http_1_fails(head: bytes) -> None:
+    with pytest.raises(WireError, match="RemoteProtocolError"):
+        parse_head(head)
