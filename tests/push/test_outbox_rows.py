@@ -1,13 +1,14 @@
-"""The push config row the outbox writes in a task's save: what the SDK's store writes for the same config (`_to_orm`),
-its JSON compact, read back by the SDK's store as the same config."""
+"""What the outbox writes: the push config row of a task's save, what the SDK's store writes for the same config
+(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; and delivery ids, stable."""
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import orjson
 from a2a.types import AuthenticationInfo, TaskPushNotificationConfig
 
-from a2a_bridge.push.outbox import config_row
+from a2a_bridge.push.outbox import IDS, config_row, delivery_id
 from a2a_bridge.store.stores import StoreConfig, Stores
 
 
@@ -34,3 +35,11 @@ def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path) -> None:
 
     asyncio.run(check())
 
+
+
+def test_delivery_ids_are_the_name_based_uuids_receivers_have_seen() -> None:
+    """Ids stay what they were (uuid5 of the namespace and "task\\nconfig\\nrevision"): a receiver deduplicating by
+    them across an upgrade sees the same id for the same delivery."""
+    for task_id, config_id, revision in [("t", "c", 1), ("é" * 40, "x" * 255, 123_456_789), ("", "", 0)]:
+        expected = str(uuid.uuid5(IDS, f"{task_id}\n{config_id}\n{revision}"))
+        assert delivery_id(task_id, config_id, revision) == expected
