@@ -180,8 +180,9 @@ class Outbox:
         return self._attached.pop(task_id, []) if self._attached else []
 
     def saved(self, task_id: str, pushed: list[PushAdded], before: int, after: int, logged: list[tuple[int, str]]) -> None:
-        """A save of a task is committed: the push configs it took have their rows as attached, and the events it
-        logged (revisions `before` to `after`) are kept for the task's deliveries known here."""
+        """A save of a task whose events are logged is committed: the push configs it took have their rows as
+        attached, and the events it logged (revisions `before` to `after`, every one of them) are kept for the task's
+        deliveries known here (a save this replica did not see breaks the run: the next starts over)."""
         for added in pushed:
             self._know(added.delivery)
         if task_id not in self._known and not self._runs[task_id]:
@@ -343,8 +344,9 @@ class Outbox:
         """Deliver the events after the delivery's revision in order under one hold (taken before its config is read:
         a delivery another replica or an earlier run finished costs no read), settled once at the end of the run: at
         the first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the
-        row is dropped once the task's end is delivered. Events stored during the run start another. A run started by its
-        task's save reads the events this replica kept of it (`saved`), one `from_store` reads them from the store."""
+        row is dropped once the task's end is delivered. Events stored during the run start another. A run started by
+        its task's save reads the events this replica kept of it (`saved`), one `from_store` reads them from the
+        store."""
         self._forget(delivery)
         try:
             config: TaskPushNotificationConfig | None = None

@@ -241,7 +241,7 @@ class TaskWriter:
                     if env.push is not None:
                         env.push.restore(record.task_id, pushed)
                     raise self._fault(live, error) from error
-            if env.push is not None and (pushed or logged):
+            if env.push is not None and (pushed or logs):
                 env.push.saved(record.task_id, pushed, before, record.revision, logged)
             live.durable = (persisted, record.copy())
             if record.idle_expires_at is not None:
