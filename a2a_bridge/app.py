@@ -49,7 +49,8 @@ from a2a_bridge.ops.console_app import Console
 from a2a_bridge.ops.console_overview import Surroundings
 from a2a_bridge.ops.metrics import MeteredExecutor, MeteredHandler, Metrics, Scrape, metrics_endpoint
 from a2a_bridge.push.outbox import Outbox
-from a2a_bridge.push.webhooks import WebhookPolicy, WebhookPoster, webhook_client
+from a2a_bridge.push.webhook_wire import WebhookConnections, WebhookPoster
+from a2a_bridge.push.webhooks import WebhookPolicy
 from a2a_bridge.store.stored_bytes import StoredBytes
 from a2a_bridge.store.stores import Stores
 from a2a_bridge.tasks.host_env import HostSettings
@@ -225,8 +226,8 @@ class Bridge:
         """When start-up began, the cards' Last-Modified (None before)."""
         configured = WebhookPolicy(self.security.webhook_networks)
         policies = {spec.name: spec.webhook_policy or configured for spec in specs}
-        self.webhooks = {policy: webhook_client(policy) for policy in dict.fromkeys([configured, *policies.values()])}
-        """One webhook client per webhook policy (the agents share the configuration's unless they have their own)."""
+        self.webhooks = {policy: WebhookConnections(policy) for policy in dict.fromkeys([configured, *policies.values()])}
+        """One webhook connection pool per webhook policy (the agents share the configuration's unless they have their own)."""
         self.agents: dict[str, ServedAgent] = {}
         base = settings or HostSettings()
         # The outbox schedules its attempts on real time (the database's where shared), never on a fake clock that
@@ -289,8 +290,8 @@ class Bridge:
             await self.grpc_servers.stop()
         for agent in self.agents.values():
             await agent.host.stop(self.security.limits.shutdown_timeout / 4)
-        for client in self.webhooks.values():
-            await client.aclose()
+        for connections in self.webhooks.values():
+            await connections.close()
         await self.ledger.close()
         await self.stores.close()
 

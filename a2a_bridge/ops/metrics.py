@@ -12,7 +12,7 @@ import ipaddress
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
@@ -134,7 +134,15 @@ class Metrics:
     def webhook(self, agent: str) -> Callable[[str], None]:
         """What the agent's webhook sender calls with each delivery's outcome."""
         counter = self.webhooks
-        return lambda result: counter.labels(agent, result).inc()
+        children: dict[str, Any] = {}
+
+        def count(result: str) -> None:
+            child = children.get(result)
+            if child is None:
+                child = children[result] = counter.labels(agent, result)
+            child.inc()
+
+        return count
 
     def exposition(self, scrape: Scrape, accept: str | None) -> tuple[bytes, str]:
         """The body and its media type in the format `accept` asks for (Prometheus text 0.0.4 by default, or

@@ -5,6 +5,8 @@ again) after it. What is to deliver is the task's event log, written in the same
 replica's death loses nothing: any live replica goes on where the last delivery stopped (docs/webhooks.md)."""
 
 import asyncio
+import collections
+import hashlib
 import contextlib
 import logging
 import uuid
@@ -15,13 +17,16 @@ from typing import Any
 
 import orjson
 from a2a.server.context import ServerCallContext
-from a2a.server.tasks import PushNotificationConfigStore
+from a2a.server.tasks import DatabasePushNotificationConfigStore, PushNotificationConfigStore
+from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.clock import Clock
 from a2a_bridge.core.states import is_terminal
-from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy, WebhookPoster
-from a2a_bridge.store.ledger import Delivery, Ledger
+from a2a_bridge.push.webhook_wire import WebhookPoster
+from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
+from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
+from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,8 @@ HOLD = timedelta(seconds=60)
 any replica may take it over (at once when the holder's session is gone)."""
 BATCH = 64
 """Deliveries read per round, and attempted at once at the most."""
+CACHED = 256
+"""Events of one task kept in memory for its deliveries at the most (past it they are read from the store)."""
 IDS = uuid.UUID("4f2b6d0e-2a41-4c2e-9d8e-a2abe1d9e0b1")
 """The namespace of delivery ids (`delivery_id`)."""
 
@@ -51,8 +58,32 @@ class RetrySchedule:
 
 
 def delivery_id(task_id: str, config_id: str, revision: int) -> str:
-    """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it)."""
-    return str(uuid.uuid5(IDS, f"{task_id}\n{config_id}\n{revision}"))
+    """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it): the
+    name-based UUID (version 5) of IDS and "task\\nconfig\\nrevision", as `uuid.uuid5` makes it, formatted directly."""
+    digest = bytearray(hashlib.sha1(IDS.bytes + f"{task_id}\n{config_id}\n{revision}".encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    text = digest.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+PLAIN_CONFIG_COLUMNS = frozenset({"task_id", "config_id", "owner", "config_data", "protocol_version"})
+
+
+def config_row(
+    store: DatabasePushNotificationConfigStore, config: TaskPushNotificationConfig, owner: str
+) -> dict[str, Any]:
+    """The push config table's row of a config as the SDK's store writes it (`_to_orm`): its JSON, written by
+    proto_json and orjson where the store neither encrypts nor converts and the table has the SDK's columns."""
+    table = store.config_model.__table__
+    plain = store._fernet is None and store.core_to_model_conversion is None
+    if not plain or set(table.columns.keys()) != PLAIN_CONFIG_COLUMNS:
+        model = store._to_orm(config.task_id, config, owner)
+        return {column.key: getattr(model, column.key) for column in table.columns}
+    return {
+        "task_id": config.task_id, "config_id": config.id, "owner": owner,
+        "config_data": orjson.dumps(to_dict(config)), "protocol_version": "1.0",
+    }
 
 
 def ends_task(event: dict[str, Any]) -> bool:
@@ -90,11 +121,25 @@ class Outbox:
         """Tasks of this process with push configs, whose events a store that logs no other events must log."""
         self._wake = asyncio.Event()
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._runs: collections.Counter[str] = collections.Counter()
+        """Delivery runs under way per task."""
         self._stored: set[str] = set()
         """Tasks whose events were stored since a delivery run of theirs began: the run goes on to them."""
         self._configs: dict[tuple[str, str], TaskPushNotificationConfig] = {}
         """The push configs added on this replica whose deliveries are not done with (read from the store otherwise)."""
         self._loop: asyncio.Future[None] | None = None
+        self._attached: dict[str, list[PushAdded]] = {}
+        """Push configs attached to tasks whose next save writes them (`attach`)."""
+        self._known: dict[str, dict[str, Delivery]] = {}
+        """Deliveries whose rows this replica wrote last (added, or settled delivered), by task and config: started as
+        soon as their task's events are stored, with no read of the store (a hold refused forgets one)."""
+        self._woken: set[str] = set()
+        """Tasks whose events were stored since the last round."""
+        self._polled = 0.0
+        """When the store's due deliveries were last read (the event loop's time)."""
+        self._events: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}
+        """Per task with deliveries known here, the events this replica logged of revisions (start, end], all of them
+        (`saved`): what a delivery started by its task's save reads instead of the store."""
 
     def logs(self, task_id: str) -> bool:
         """Whether a save of this task writes its events to the event log for the outbox."""
@@ -109,13 +154,75 @@ class Outbox:
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
         await self.ledger.add_delivery(delivery)
         await self.push_store.set_info(config.task_id, config, context)
+        self._know(delivery)
+
+    async def attach(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
+        """Add a push config to its task with the task's next save (`taken`), its outbox row and config row in the
+        save's own transaction where the config table is in the ledger's database (else as `add` does), its deliveries
+        starting with the events after revision `after`."""
+        store = self.push_store
+        in_ledger = isinstance(store, DatabasePushNotificationConfigStore) and getattr(self.ledger, "engine", None) is store.engine
+        if not in_ledger:
+            await self.add(config, context, after)
+            return
+        await store._ensure_initialized()
+        self.logged.add(config.task_id)
+        self._configs[(config.task_id, config.id)] = config
+        saved = normalize_push_notification_config(config.task_id, config)
+        table = store.config_model.__table__
+        row = config_row(store, saved, store.owner_resolver(context))
+        delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        self._attached.setdefault(config.task_id, []).append(PushAdded(delivery, table, row))
+
+    def taken(self, task_id: str) -> list[PushAdded]:
+        """The push configs attached to a task since its last save, for the save about to be written (`restore` them
+        if it is not)."""
+        return self._attached.pop(task_id, []) if self._attached else []
+
+    def saved(self, task_id: str, pushed: list[PushAdded], before: int, after: int, logged: list[tuple[int, str]]) -> None:
+        """A save of a task whose events are logged is committed: the push configs it took have their rows as
+        attached, and the events it logged (revisions `before` to `after`, every one of them) are kept for the task's
+        deliveries known here (a save this replica did not see breaks the run: the next starts over)."""
+        for added in pushed:
+            self._know(added.delivery)
+        if task_id not in self._known and not self._runs[task_id]:
+            return
+        kept = self._events.get(task_id)
+        if kept is not None and kept[1] == before and len(kept[2]) + len(logged) <= CACHED:
+            kept[2].extend(logged)
+            self._events[task_id] = (kept[0], after, kept[2])
+        elif len(logged) <= CACHED:
+            self._events[task_id] = (before, after, list(logged))
+        else:
+            self._events.pop(task_id, None)
+
+    def _kept_events(self, task_id: str, delivered: int) -> list[tuple[int, str]] | None:
+        """The task's events after revision `delivered` as this replica logged them, when it logged every one since."""
+        kept = self._events.get(task_id)
+        if kept is None or not kept[0] <= delivered <= kept[1]:
+            return None
+        return [event for event in kept[2] if event[0] > delivered]
+
+    def restore(self, task_id: str, pushed: list[PushAdded]) -> None:
+        """Push configs taken for a save that was not written: they go with the task's next save."""
+        if pushed:
+            self._attached[task_id] = pushed + self._attached.get(task_id, [])
+
+    def detach(self, task_id: str, created: bool) -> None:
+        """Forget the push configs attached to a task and not saved with it (their request refused, or no task made:
+        `created` False, when the task's events need no logging either)."""
+        for added in self._attached.pop(task_id, []):
+            self._configs.pop((task_id, added.delivery.config_id), None)
+        if not created:
+            self.logged.discard(task_id)
 
     def stored(self, task_id: str, ended: bool) -> None:
         """Events of a task with push configs were stored: deliver them now (a task that ended logs no more)."""
         if ended:
             self.logged.discard(task_id)
-        if any(key[0] == task_id for key in self._running):
+        if self._runs[task_id]:
             self._stored.add(task_id)
+        self._woken.add(task_id)
         self._wake.set()
 
     async def start(self, session: int) -> None:
@@ -166,17 +273,64 @@ class Outbox:
                 await asyncio.wait_for(self._wake.wait(), POLL)
 
     async def _round(self) -> None:
-        """Start the deliveries due that no live replica holds."""
+        """Start the deliveries of the tasks just stored that this replica knows the rows of; and, every POLL seconds
+        or when woken otherwise, the deliveries due in the store that no live replica holds (retries, rows of other
+        replicas or of before a restart)."""
         if not self.session:
             return
+        woken, self._woken = self._woken, set()
+        for task_id in woken:
+            for delivery in list(self._known.get(task_id, {}).values()):
+                if not self._start(delivery):
+                    self._woken.add(task_id)
+        now_loop = asyncio.get_running_loop().time()
+        if woken and now_loop - self._polled < POLL and all(t in self._known or self._runs[t] for t in woken):
+            return
+        self._polled = now_loop
         now = self.clock.now()
         for delivery in await self.ledger.due_deliveries(self.agent, now, BATCH):
             key = (delivery.task_id, delivery.config_id)
-            if key in self._running or len(self._running) >= BATCH or not await self._free(delivery, now):
-                continue
-            job = asyncio.ensure_future(self._deliver(delivery))
-            self._running[key] = job
-            job.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+            if key not in self._running and len(self._running) < BATCH and await self._free(delivery, now):
+                self._start(delivery, from_store=True)
+
+    def _start(self, delivery: Delivery, from_store: bool = False) -> bool:
+        """Run a delivery unless it runs already (`from_store`: found due in the store, whose events are read from
+        it); False when BATCH run already."""
+        key = (delivery.task_id, delivery.config_id)
+        if key in self._running:
+            return True
+        if len(self._running) >= BATCH:
+            return False
+        job = asyncio.ensure_future(self._deliver(delivery, from_store))
+        self._running[key] = job
+        self._runs[key[0]] += 1
+        job.add_done_callback(lambda _, key=key: self._ran(key))
+        return True
+
+    def _know(self, delivery: Delivery) -> None:
+        """Note a row as this replica wrote it, when it is to be delivered at once (not failing, not given up)."""
+        if delivery.attempts or delivery.dead:
+            self._forget(delivery)
+            return
+        self._known.setdefault(delivery.task_id, {})[delivery.config_id] = delivery
+
+    def _forget(self, delivery: Delivery) -> None:
+        known = self._known.get(delivery.task_id)
+        if known is not None and known.pop(delivery.config_id, None) is not None and not known:
+            del self._known[delivery.task_id]
+            if not self._runs[delivery.task_id]:
+                self._events.pop(delivery.task_id, None)
+
+    def _ran(self, key: tuple[str, str]) -> None:
+        self._running.pop(key, None)
+        self._runs[key[0]] -= 1
+        if self._runs[key[0]] <= 0:
+            del self._runs[key[0]]
+
+    def _done(self, task_id: str) -> None:
+        """A delivery run of a task ended: its kept events go unless a delivery of the task is known or runs on."""
+        if task_id not in self._known and self._runs[task_id] <= 1:
+            self._events.pop(task_id, None)
 
     async def _free(self, delivery: Delivery, now: datetime) -> bool:
         """Whether this process may take the delivery: no one holds it, the hold ran out, or its holder is gone."""
@@ -186,19 +340,28 @@ class Outbox:
             return True
         return not await self.ledger.session_alive(delivery.holder)
 
-    async def _deliver(self, delivery: Delivery) -> None:
-        """Deliver the events after the delivery's revision in order under one hold, settled once at the end of the
-        run: at the first failure (the next attempt scheduled), once half the hold has passed, or when no event is
-        left; the row is dropped once the task's end is delivered. Events stored during the run start another."""
+    async def _deliver(self, delivery: Delivery, from_store: bool = True) -> None:
+        """Deliver the events after the delivery's revision in order under one hold (taken before its config is read:
+        a delivery another replica or an earlier run finished costs no read), settled once at the end of the run: at
+        the first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the
+        row is dropped once the task's end is delivered. Events stored during the run start another. A run started by
+        its task's save reads the events this replica kept of it (`saved`), one `from_store` reads them from the
+        store."""
+        self._forget(delivery)
         try:
-            config = await self._config(delivery)
-            while config is not None:
+            config: TaskPushNotificationConfig | None = None
+            while True:
                 self._stored.discard(delivery.task_id)
                 until = self.clock.now() + HOLD
                 if not await self.ledger.hold_delivery(delivery, self.session, until):
                     return
                 held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
-                waiting = await self.ledger.events_after(held.task_id, held.delivered)
+                config = config or await self._config(held)
+                if config is None:
+                    return
+                kept = None if from_store else self._kept_events(held.task_id, held.delivered)
+                waiting = kept if kept is not None else await self.ledger.events_after(held.task_id, held.delivered)
+                from_store = False
                 settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
                 if ended:
                     if await self.ledger.drop_delivery(held):
@@ -206,15 +369,18 @@ class Outbox:
                     return
                 if not await self.ledger.settle_delivery(held, settled) or settled.attempts or settled.dead:
                     return
+                delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
                 read_all = not waiting or settled.delivered == waiting[-1][0]
                 if read_all and delivery.task_id not in self._stored:
+                    self._know(delivery)
                     return
-                delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
         except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
             if not transient(error):
                 log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)
             else:
                 OUTAGE.failed(error)
+        finally:
+            self._done(delivery.task_id)
 
     async def _run_events(
         self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime
@@ -229,23 +395,23 @@ class Outbox:
             if "message" in event:  # a message of the task's: push notifications carry its updates only
                 settled = settled._replace(delivered=revision)
                 continue
-            settled = await self._attempt(settled, config, revision, orjson.dumps(event))
+            settled = await self._attempt(settled, config, revision, body.encode())
             if settled.delivered != revision:
                 return settled, False
             if ends_task(event):
                 return settled, True
         return settled, False
 
-    async def _config(self, delivery: Delivery) -> TaskPushNotificationConfig | None:
-        """The delivery's push config (kept from its `add` on this replica, else read); its row is dropped when the
-        config was deleted."""
-        key = (delivery.task_id, delivery.config_id)
+    async def _config(self, held: Delivery) -> TaskPushNotificationConfig | None:
+        """The held delivery's push config (kept from its `add` on this replica, else read); its row is dropped when
+        the config was deleted."""
+        key = (held.task_id, held.config_id)
         found = self._configs.get(key)
         if found is None:
-            configs = await self.push_store.get_info_for_dispatch(delivery.task_id)
-            found = next((config for config in configs if config.id == delivery.config_id), None)
+            configs = await self.push_store.get_info_for_dispatch(held.task_id)
+            found = next((config for config in configs if config.id == held.config_id), None)
         if found is None:
-            await self.ledger.drop_delivery(delivery)
+            await self.ledger.drop_delivery(held)
         return found
 
     async def _attempt(self, held: Delivery, config: TaskPushNotificationConfig, revision: int, body: bytes) -> Delivery:

@@ -1,8 +1,9 @@
-"""Push notifications on the wire: the webhook policy (only to addresses it allows, checked at creation and at each
-connection), the client and the poster of one notification (application/a2a+json, a bounded answer), and the log of
-failing webhooks (once, then with backoff). What is delivered when is the outbox's (`outbox.Outbox`)."""
+"""Where push notifications may go and how their failures are logged: the webhook policy (only to addresses it allows,
+checked at creation and at each connection) and the log of failing webhooks (once, then with backoff). The posts
+themselves are `webhook_wire`'s; what is delivered when is the outbox's (`outbox.Outbox`)."""
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import socket
@@ -12,13 +13,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-import httpcore
-import httpx
 from a2a.types import TaskPushNotificationConfig
 
 log = logging.getLogger(__name__)
 
-A2A_JSON = "application/a2a+json"
 MAX_ADDRESSES = 32
 """How many resolved addresses of one host are checked; a host with more is refused."""
 
@@ -121,69 +119,47 @@ class WebhookPolicy:
         return addresses
 
     async def refusal(self, url: str) -> str | None:
-        """Why a webhook URL is refused, or None when it may be used."""
-        try:
-            parsed = urllib.parse.urlsplit(url)
-            port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        except ValueError:
-            return "url is not a valid URL"
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            return "url must be an http or https URL with a host"
-        if parsed.username or parsed.password:
-            return "url must not carry credentials; use authentication"
-        if await self.addresses(parsed.hostname, port) is None:
-            return "url must resolve to public addresses only (loopback, private and link-local are refused)"
+        """Why a webhook URL is refused, or None when it may be used: a URL whose host is an address is judged once
+        (`literal_refusal`), a host name resolved at each call."""
+        reason, host, port = url_parts(url)
+        if reason is not None or host is None:
+            return reason
+        literal, reason = literal_refusal(self, url)
+        if literal:
+            return reason
+        if await self.addresses(host, port) is None:
+            return REFUSED_ADDRESS
         return None
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Connects only to addresses the policy allows, resolving each host once and connecting to what it checked, so
-    a DNS answer that changes after the check (rebinding) cannot redirect a webhook."""
-
-    def __init__(self, policy: WebhookPolicy, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
-        self.policy = policy
-        self.inner = inner or httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await self.policy.addresses(host, port)
-        if addresses is None:
-            raise httpcore.ConnectError("the webhook's address is not allowed")
-        return await self.inner.connect_tcp(str(addresses[0]), port, timeout, local_address, socket_options)
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("webhooks go over TCP only")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
+REFUSED_ADDRESS = "url must resolve to public addresses only (loopback, private and link-local are refused)"
 
 
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport over a connection pool whose every connection goes through a GuardedBackend."""
+@functools.lru_cache(maxsize=4096)
+def url_parts(url: str) -> tuple[str | None, str | None, int]:
+    """Why a URL cannot be a webhook's whatever its host's addresses (None when it may be), its host and port."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return "url is not a valid URL", None, 0
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return "url must be an http or https URL with a host", None, 0
+    if parsed.username or parsed.password:
+        return "url must not carry credentials; use authentication", None, 0
+    return None, parsed.hostname, port
 
-    def __init__(self, policy: WebhookPolicy) -> None:
-        super().__init__()
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(), network_backend=GuardedBackend(policy)
-        )
 
-
-def webhook_client(policy: WebhookPolicy | None = None, timeout: float = 10.0) -> httpx.AsyncClient:
-    """The client webhooks are sent with: no proxy from the environment, no redirects, connections guarded."""
-    return httpx.AsyncClient(
-        timeout=timeout,
-        transport=GuardedTransport(policy or WebhookPolicy()),
-        trust_env=False,
-        follow_redirects=False,
-    )
+@functools.lru_cache(maxsize=4096)
+def literal_refusal(policy: WebhookPolicy, url: str) -> tuple[bool, str | None]:
+    """For a URL that may be a webhook's and whose host is an IP address: (True, why the policy refuses it, or None);
+    (False, None) when its host is a name, which is resolved at each check."""
+    _, host, _ = url_parts(url)
+    try:
+        address = ipaddress.ip_address((host or "").strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False, None
+    return True, None if policy.allows(address) else REFUSED_ADDRESS
 
 
 FIRST_REPEAT = 60.0
@@ -250,39 +226,3 @@ def shown_host(url: str) -> str:
         return f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
     except ValueError:
         return "an invalid URL"
-
-
-ANSWER_BYTES = 4096
-"""Bytes of a receiver's answer read at the most (its status is what counts): never decompressed, never more."""
-
-
-class WebhookPoster:
-    """Posts one notification as the SDK's `BasePushNotificationSender` does: the event's `StreamResponse` JSON as
-    application/a2a+json, the config's `token` as `X-A2A-Notification-Token` and its `authentication` as
-    `Authorization: {scheme} {credentials}`, with the headers the outbox adds (a stable delivery id, the revision).
-    The answer is read raw and bounded (`ANSWER_BYTES`), asked not to be compressed, and never decompressed."""
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-
-    async def post(self, config: TaskPushNotificationConfig, body: bytes, extra: dict[str, str]) -> str | None:
-        """None once the receiver answered 2xx or 3xx; else why not."""
-        headers = {**extra, "Content-Type": A2A_JSON, "Accept-Encoding": "identity"}
-        headers["webhook-timestamp"] = str(int(time.time()))
-        if config.token:
-            headers["X-A2A-Notification-Token"] = config.token
-        if config.HasField("authentication") and config.authentication.scheme and config.authentication.credentials:
-            headers["Authorization"] = f"{config.authentication.scheme} {config.authentication.credentials}"
-        try:
-            async with self.client.stream("POST", config.url, content=body, headers=headers) as response:
-                read = 0
-                async for chunk in response.aiter_raw():
-                    read += len(chunk)
-                    if read >= ANSWER_BYTES:
-                        break
-                status = response.status_code
-        except Exception as e:  # any failure to deliver is the webhook's, logged by the FailureLog
-            return f"{type(e).__name__}"
-        if status >= 400:
-            return f"HTTP {status}"
-        return None

@@ -18,6 +18,7 @@ from a2a.types import Task
 
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.core.task_status import Notification
+from a2a_bridge.store.push_rows import Delivery, PushAdded
 
 Notice = Callable[[str, str, str], None]
 """Called with (kind, task id, detail) for a change a process (another, or this one) committed: "t" a task or its
@@ -120,26 +121,6 @@ def unpacked(lines: bytes) -> list[dict[str, Any]]:
     return rows
 
 
-class Delivery(NamedTuple):
-    """The outbox's row of one task and push config: the revision delivered up to (`delivered`: its events after it
-    are still to deliver, in order), the failed attempts at the next one and when to try again, whether it was given up
-    (`dead`: a dead letter until an operator redelivers it), and who delivers it now (`holder`, a session, until
-    `held_until`; `holds` counts the holds taken, the token a settle is conditional on)."""
-
-    task_id: str
-    config_id: str
-    agent: str
-    delivered: int
-    attempts: int = 0
-    due_at: datetime | None = None
-    failing_since: datetime | None = None
-    dead: bool = False
-    last_error: str | None = None
-    holder: int | None = None
-    held_until: datetime | None = None
-    holds: int = 0
-
-
 @dataclass(frozen=True)
 class Request:
     """A request another replica left for the replica that runs a task (a cancel)."""
@@ -193,7 +174,7 @@ class Ledger(Protocol):
     async def stored_bytes(self, owner: str) -> int: ...
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
-        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (), pushed: Sequence[PushAdded] = (),
     ) -> None: ...
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None: ...
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool: ...
@@ -334,10 +315,11 @@ class MemoryLedger:
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
-        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (), pushed: Sequence[PushAdded] = (),
     ) -> None:
-        """The task and its record; a new task only if absent (TaskExists), an existing one only over the version
-        its writer holds and never once ended (Fenced)."""
+        """The task and its record, and the outbox rows of the push configs `pushed` (their configs are the memory
+        push store's); a new task only if absent (TaskExists), an existing one only over the version its writer holds
+        and never once ended (Fenced)."""
         current = self._records.get(record.task_id)
         if new and current is not None:
             raise TaskExists(record.task_id)
@@ -348,6 +330,8 @@ class MemoryLedger:
         self._keep(record, lines)
         if log:
             self._log.setdefault(record.task_id, []).extend(log)
+        for added in pushed:
+            self._deliveries.setdefault((added.delivery.task_id, added.delivery.config_id), added.delivery)
 
     async def put_if(self, record: TaskRecord, expected: Claim, events: list[ClaimEvent]) -> bool:
         current = self._records.get(record.task_id)

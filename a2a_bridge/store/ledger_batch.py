@@ -12,7 +12,7 @@ import contextlib
 import operator
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain
 from typing import Any, NamedTuple
@@ -24,9 +24,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.expression import Executable
 
+from a2a_bridge.store.delivery_batch import Change, sqlite_params
 from a2a_bridge.store.ledger import Fenced, SentMessage, TaskExists
 from a2a_bridge.store.ledger_tables import (
+    added_delivery_statement,
     claim_events_table,
+    deliveries_table,
     events_table,
     messages_table,
     record_statement,
@@ -43,8 +46,8 @@ LARGE = "a2a_bridge.large_binding"
 
 
 class Save(NamedTuple):
-    """A task row (absent for a record-only write), its record row, the claim events it posted and the event-log rows
-    it appends; `new` writes the record only if none is stored."""
+    """A task row (absent for a record-only write), its record row, the claim events it posted, the event-log rows
+    it appends and the push configs added with it; `new` writes the record only if none is stored."""
 
     table: Table | None
     task: dict[str, Any] | None
@@ -52,6 +55,10 @@ class Save(NamedTuple):
     events: list[dict[str, Any]]
     new: bool = False
     log: tuple[dict[str, Any], ...] = ()
+    deliveries: tuple[dict[str, Any], ...] = ()
+    """The outbox rows of push configs added with the save, each written unless its task and config have one."""
+    configs: tuple[tuple[Table, dict[str, Any]], ...] = ()
+    """Those configs' rows in their push config tables (written over any of the same task and id)."""
 
 
 class Remember(NamedTuple):
@@ -61,10 +68,10 @@ class Remember(NamedTuple):
     sent: SentMessage
 
 
-Write = Save | Remember
-Outcome = SentMessage | TaskExists | Fenced | None
-"""What a write answers: a message's first send, or the refusal of a save; a refusal is the answer of one write, not a
-failure of the batch that holds it."""
+Write = Save | Remember | Change
+Outcome = SentMessage | TaskExists | Fenced | bool | None
+"""What a write answers: a message's first send, the refusal of a save, or whether an outbox row change changed its row
+(`delivery_batch`); a refusal is the answer of one write, not a failure of the batch that holds it."""
 Known = dict[tuple[str, str, str], SentMessage]
 
 
@@ -93,11 +100,13 @@ def record_rows(saves: Iterable[Save], new: bool) -> list[dict[str, Any]]:
 @dataclass
 class Followers:
     """What the saves whose records were written write after them: task rows (by table, each task's last), claim
-    events and event-log rows."""
+    events, event-log rows, and the outbox rows and config rows (by table) of the push configs added."""
 
     tasks: dict[Table, dict[str, dict[str, Any]]]
     events: list[dict[str, Any]]
     logged: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    configs: dict[Table, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def followers(saves: list[tuple[int, Save]], written: set[tuple[str, bool]], results: list[Outcome]) -> Followers:
@@ -112,6 +121,9 @@ def followers(saves: list[tuple[int, Save]], written: set[tuple[str, bool]], res
             after.tasks.setdefault(save.table, {})[task_id] = save.task
         after.events += save.events
         after.logged += save.log
+        after.deliveries += save.deliveries
+        for table, row in save.configs:
+            after.configs.setdefault(table, []).append(row)
     return after
 
 
@@ -215,23 +227,29 @@ class SqliteBatch:
         }
         self._events = Compiled(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
         self._logged = Compiled(upsert_statement(dialect.name, events_table), events_table, dialect)
+        self._deliveries = Compiled(added_delivery_statement(dialect.name), deliveries_table, dialect)
         self._tasks: dict[Table, Compiled] = {}
+        """The upsert of each task table and push config table met so far."""
 
     async def run(
         self, conn: AsyncConnection, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
-        results: list[Outcome],
+        results: list[Outcome], changes: list[tuple[int, Change]],
     ) -> set[tuple[str, bool]]:
         """Write the batch in one transaction on `conn`, which holds none when called, and commit it (rolled back if
-        any statement or the commit fails); `results` gets each remembered message's first send and each refused
-        save's refusal. Returns the (task id, new) of the records written."""
+        any statement or the commit fails); `results` gets each remembered message's first send, each refused
+        save's refusal and whether each outbox row change changed its row. Returns the (task id, new) of the records
+        written."""
         for _, save in saves:
             if save.table is not None and save.table not in self._tasks:
                 self._tasks[save.table] = Compiled(upsert_statement(self._dialect.name, save.table), save.table, self._dialect)
+            for table, _ in save.configs:
+                if table not in self._tasks:
+                    self._tasks[table] = Compiled(upsert_statement(self._dialect.name, table), table, self._dialect)
         raw = await conn.get_raw_connection()
         driver = raw.driver_connection
         large: list[bool] = []
         written: set[tuple[str, bool]] = await driver._execute(  # type: ignore[union-attr]
-            self._write, driver, saves, remembered, results, large
+            self._write, driver, saves, remembered, results, large, changes
         )
         if large:
             raw.info[LARGE] = True
@@ -239,7 +257,7 @@ class SqliteBatch:
 
     def _write(
         self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
-        results: list[Outcome], large: list[bool],
+        results: list[Outcome], large: list[bool], changes: list[tuple[int, Change]],
     ) -> set[tuple[str, bool]]:
         """On the connection's thread: the batch's statements and the commit, a failure rolled back and raised as
         SQLAlchemy raises it. The sqlite3 module begins the transaction before the first write, as it does under
@@ -271,6 +289,14 @@ class SqliteBatch:
             self._many(db, self._events, after.events, large)
             statement = self._logged.sql
             self._many(db, self._logged, after.logged, large)
+            statement = self._deliveries.sql
+            self._many(db, self._deliveries, after.deliveries, large)
+            for table, rows in after.configs.items():
+                statement = self._tasks[table].sql
+                self._many(db, self._tasks[table], rows, large)
+            for index, change in changes:
+                statement, params = sqlite_params(change)
+                results[index] = db.execute(statement, params).rowcount == 1
             statement = "COMMIT"
             db.commit()
         except BaseException as error:

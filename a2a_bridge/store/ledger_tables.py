@@ -309,6 +309,13 @@ def upsert_statement(dialect: str, table: Table) -> Insert:
 
 
 @functools.cache
+def added_delivery_statement(dialect: str) -> Insert:
+    """The outbox row of a push config added to a task, unless the task and config have one."""
+    statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(deliveries_table)
+    return statement.on_conflict_do_nothing(index_elements=["task_id", "config_id"])
+
+
+@functools.cache
 def record_statement(dialect: str, new: bool) -> Insert:
     """The record write that returns the ids it wrote: a new record only where none is stored, any other only over
     the version its writer holds (the stored version one below the written: the fence, `ledger.writable`) and only

@@ -1,14 +1,19 @@
 """The push outbox's rows on SQLite and PostgreSQL (`ledger.Delivery`, table `bridge_push_deliveries`): the part of
-`SqlLedger` that holds, settles and lists deliveries; what is to deliver is the event log (`bridge_events`)."""
+`SqlLedger` that holds, settles and lists deliveries (holds, settles and drops in the ledger's group commit:
+`delivery_batch`) and reads the events to deliver (the reads asked at once in one query); what is to deliver is the
+event log (`bridge_events`)."""
 
 from datetime import datetime
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle
+from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import Delivery
-from a2a_bridge.store.ledger_tables import deliveries_table, delivery_key, delivery_of, delivery_row, events_table
+from a2a_bridge.store.ledger_batch import Outcome, Write
+from a2a_bridge.store.ledger_tables import deliveries_table, delivery_of, delivery_row, events_table
 
 
 class SqlDeliveries:
@@ -17,6 +22,8 @@ class SqlDeliveries:
     engine: AsyncEngine
     reader: AsyncEngine
     shared: bool
+    _writes: GroupCommit[Write, Outcome]
+    _event_reads: GroupCommit[tuple[str, int], list[tuple[int, str]]] | None = None
 
     async def _init(self) -> None: ...
 
@@ -48,37 +55,44 @@ class SqlDeliveries:
     async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool:
         """Hold a delivery for `session` until `until`, only if it is still as read (delivered up to the same revision,
         held as often): one replica delivers it."""
-        await self._init()
-        d = deliveries_table
-        async with self.engine.begin() as conn:
-            held = await conn.execute(
-                update(d)
-                .where(and_(*delivery_key(delivery), d.c.delivered == delivery.delivered, d.c.holds == delivery.holds,
-                            d.c.dead.is_(False)))
-                .values(holder=session, held_until=until, holds=delivery.holds + 1)
-            )
-        return held.rowcount == 1
+        return await self._change(Hold(delivery, session, until))
 
     async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool:
         """Store what became of a held delivery (delivered further, or its failure and next attempt), releasing the
         hold; False (nothing stored) when another replica took the hold over meanwhile."""
-        await self._init()
-        d = deliveries_table
-        values = {**delivery_row(settled), "holder": None, "held_until": None, "holds": held.holds}
-        async with self.engine.begin() as conn:
-            done = await conn.execute(
-                update(d).where(and_(*delivery_key(held), d.c.holder == held.holder, d.c.holds == held.holds)).values(**values)
-            )
-        return done.rowcount == 1
+        return await self._change(Settle(held, settled))
 
     async def drop_delivery(self, delivery: Delivery) -> bool:
         """Remove a delivery that is done with (its task's end delivered, its config deleted), only if it is held as
         often as when read: False when another replica took it meanwhile."""
+        return await self._change(Drop(delivery))
+
+    async def _change(self, change: Change) -> bool:
+        """A change of an outbox row, in the ledger's next group commit (`delivery_batch`)."""
         await self._init()
-        d = deliveries_table
-        async with self.engine.begin() as conn:
-            dropped = await conn.execute(delete(d).where(and_(*delivery_key(delivery), d.c.holds == delivery.holds)))
-        return dropped.rowcount == 1
+        changed = await self._writes.submit(change)
+        return changed is True
+
+    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
+        """A task's logged events after `seq`, in order: read with the other reads asked meanwhile, in one query."""
+        await self._init()
+        if self._event_reads is None:
+            self._event_reads = GroupCommit(self._events_many, self._events_one)
+        return await self._event_reads.submit((task_id, seq))
+
+    async def _events_many(self, asked: list[tuple[str, int]]) -> list[list[tuple[int, str]]]:
+        e = events_table
+        first = {task_id: seq for task_id, seq in sorted(asked, key=lambda pair: -pair[1])}
+        after: dict[str, list[tuple[int, str]]] = {task_id: [] for task_id in first}
+        query = select(e.c.task_id, e.c.seq, e.c.body).where(e.c.task_id.in_(list(first))).order_by(e.c.task_id, e.c.seq)
+        async with self.reader.connect() as conn:
+            for row in (await conn.execute(query)).all():
+                if row.seq > first[row.task_id]:
+                    after[row.task_id].append((row.seq, row.body))
+        return [[event for event in after[task_id] if event[0] > seq] for task_id, seq in asked]
+
+    async def _events_one(self, asked: tuple[str, int]) -> list[tuple[int, str]]:
+        return (await self._events_many([asked]))[0]
 
     async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]:
         """The agent's outbox rows: of one task, dead letters only, or all."""

@@ -17,10 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.store.column_json import json_array
+from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle, change_statement
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import (
     HELD,
     ClaimEvent,
+    PushAdded,
     Fenced,
     Notice,
     Request,
@@ -42,7 +44,9 @@ from a2a_bridge.store.ledger_batch import (
     record_rows,
 )
 from a2a_bridge.store.ledger_tables import (
+    added_delivery_statement,
     claim_events_table,
+    delivery_row,
     event_rows,
     events_table,
     messages_table,
@@ -219,19 +223,23 @@ class SqlLedger(SqlDeliveries):
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
-        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (), pushed: Sequence[PushAdded] = (),
     ) -> None:
-        """Store the SDK task, its record, the claim events it posted and its event-log rows in one transaction
-        (shared with the other writes of the moment: see group_commit). A new task is written only if absent
-        (TaskExists), an existing one only over the record version its writer holds and never once ended (Fenced)."""
+        """Store the SDK task, its record, the claim events it posted, its event-log rows and the push configs added
+        with it (outbox and config rows) in one transaction (shared with the other writes of the moment: see
+        group_commit). A new task is written only if absent (TaskExists), an existing one only over the record version
+        its writer holds and never once ended (Fenced): a refused save writes none of them."""
         await self._init()
         rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
+        deliveries = tuple(delivery_row(added.delivery) for added in pushed)
+        configs = tuple((added.table, added.config) for added in pushed if added.table is not None and added.config)
+        table, row = None, None
         if not isinstance(store, DatabaseTaskStore):
             await store.save(task, context)
-            await self._submit("save", Save(None, None, row_values(record), event_rows(events), new, rows))
-            return
-        row = task_row(task, store.owner_resolver(context), json_array if self._sqlite is not None else list)
-        write = Save(store.task_model.__table__, row, row_values(record), event_rows(events), new, rows)
+        else:
+            array = json_array if self._sqlite is not None else list
+            table, row = store.task_model.__table__, task_row(task, store.owner_resolver(context), array)
+        write = Save(table, row, row_values(record), event_rows(events), new, rows, deliveries, configs)
         await self._submit("save", write)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
@@ -333,13 +341,6 @@ class SqlLedger(SqlDeliveries):
             rows = (await conn.execute(select(table).where(table.c.task_id.in_(task_ids)))).all()
         return [Request(r.task_id, r.kind, r.requested_by) for r in rows]
 
-    async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
-        await self._init()
-        table = events_table
-        query = select(table.c.seq, table.c.body).where(and_(table.c.task_id == task_id, table.c.seq > seq))
-        async with self.reader.connect() as conn:
-            return [(r.seq, r.body) for r in (await conn.execute(query.order_by(table.c.seq))).all()]
-
     async def _records(self, *conditions: Any) -> list[TaskRecord]:
         await self._init()
         async with self.reader.connect() as conn:
@@ -417,8 +418,9 @@ class SqlLedger(SqlDeliveries):
         results: list[Outcome] = [None] * len(writes)
         saves = [(index, write) for index, write in enumerate(writes) if isinstance(write, Save)]
         remembered = [(index, write) for index, write in enumerate(writes) if isinstance(write, Remember)]
+        changes = [(index, write) for index, write in enumerate(writes) if isinstance(write, Hold | Settle | Drop)]
         try:
-            await self._write_saves(saves, remembered, results)
+            await self._write_saves(saves, remembered, results, changes)
         finally:
             if saves:
                 self._tell_written([save.record["task_id"] for _, save in saves])
@@ -427,15 +429,16 @@ class SqlLedger(SqlDeliveries):
         return results
 
     async def _write_saves(
-        self, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]], results: list[Outcome]
+        self, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]], results: list[Outcome],
+        changes: list[tuple[int, Change]],
     ) -> None:
         """The batch's transaction: each record (new ones only where absent, others only where not ended), then for the
-        records written their task rows, claim events and event-log rows, and every new message; `results` gets each
-        refused save's refusal. On SQLite in one trip to the connection's thread, commit included
-        (`ledger_batch.SqliteBatch`)."""
+        records written their task rows, claim events, event-log rows and push configs added, every new message, and
+        the push outbox's row changes; `results` gets each refused save's refusal and each change's outcome. On SQLite
+        in one trip to the connection's thread, commit included (`ledger_batch.SqliteBatch`)."""
         if self._sqlite is not None:
             async with self.engine.connect() as conn:
-                await self._sqlite.run(conn, saves, remembered, results)
+                await self._sqlite.run(conn, saves, remembered, results, changes)
             return
         async with self.engine.begin() as conn:
             if remembered:
@@ -453,6 +456,12 @@ class SqlLedger(SqlDeliveries):
                 await conn.execute(insert(claim_events_table), after.events)
             if after.logged:
                 await conn.execute(upsert_statement(self.engine.dialect.name, events_table), after.logged)
+            if after.deliveries:
+                await conn.execute(added_delivery_statement(self.engine.dialect.name), after.deliveries)
+            for table, rows in after.configs.items():
+                await conn.execute(upsert_statement(self.engine.dialect.name, table), rows)
+            for index, change in changes:
+                results[index] = (await conn.execute(change_statement(change))).rowcount == 1
             changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
             await self._notify(conn, changed + event_notices(after.logged))
 

@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from a2a.server.context import ServerCallContext
 from a2a.types import Task, TaskState, TaskStatusUpdateEvent
 from a2a.utils.proto_utils import to_stream_response
-from google.protobuf.json_format import MessageToJson
 
 from a2a_bridge.core import claims
 from a2a_bridge.core.auth import RESPONSIBLE_USER, store_context
@@ -20,6 +21,7 @@ from a2a_bridge.core.states import is_terminal, row_for, state_name
 from a2a_bridge.core.task_events import Event, apply_event, stamp_ids
 from a2a_bridge.core.task_status import ANONYMOUS, next_notifications
 from a2a_bridge.store.ledger import ClaimEvent, Fenced, TaskExists, TaskRecord
+from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import StoreUnavailable, transient
 from a2a_bridge.tasks import eager
 from a2a_bridge.tasks.host_env import HostEnv
@@ -226,21 +228,28 @@ class TaskWriter:
                 record.idle_expires_at = None
             logs = env.ledger.shared or (env.push is not None and env.push.logs(record.task_id))
             logged = [
-                (before + offset, MessageToJson(to_stream_response(item)))
+                (before + offset, orjson.dumps(to_dict(to_stream_response(item))).decode())
                 for offset, item in enumerate(items, 1)
                 if not isinstance(item, Task)
             ] if logs else []
             posted = self._posted(live)
+            pushed = env.push.taken(record.task_id) if env.push is not None else []
             try:
                 owner = store_context(record.owner)
-                await env.ledger.save(env.store, persisted, owner, record, posted, new=live.durable is None, log=logged)
+                await env.ledger.save(
+                    env.store, persisted, owner, record, posted, new=live.durable is None, log=logged, pushed=pushed
+                )
             except Exception as error:
                 if not (isinstance(error, Fenced) and await self._landed(record)):
                     record.revision = before
                     record.version -= 1
                     record.state, record.notifications, record.idle_expires_at, record.stored_bytes = stored
                     live.claim_log[:0] = posted
+                    if env.push is not None:
+                        env.push.restore(record.task_id, pushed)
                     raise self._fault(live, error) from error
+            if env.push is not None and (pushed or logs):
+                env.push.saved(record.task_id, pushed, before, record.revision, logged)
             live.durable = (persisted, record.copy())
             if record.idle_expires_at is not None:
                 env.deadlines[record.task_id] = record.idle_expires_at

@@ -164,6 +164,8 @@ class TurnRunner:
         except StoreUnavailable as down:
             pending.listener.queue.put_nowait(Refused(down))
         finally:
+            if self.env.push is not None and (queue.live is None or queue.live.durable is None):
+                self.env.push.detach(task.id, created=False)
             if queue.live is not None:
                 self.table.release(queue.live)
 
@@ -220,6 +222,8 @@ class TurnRunner:
                     live.bytes = None
                     before = await self.writer.save(live)
                 except Exception as error:
+                    if self.env.push is not None:
+                        self.env.push.detach(live.task.id, created=True)
                     listener.queue.put_nowait(Refused(await self._put_back(live, error)))
                     return
                 listener.turn = turn
@@ -302,7 +306,8 @@ class TurnRunner:
             left_task(scope)
 
     async def _register_push(self, task_id: str, request: SendMessageRequest, context: ServerCallContext, after: int) -> None:
-        """The message's push config, delivered the task's events after revision `after`."""
+        """The message's push config, delivered the task's events after revision `after`: stored with the task's next
+        save (`Outbox.attach`)."""
         push = self.env.push
         if push is None or not request.configuration.HasField("task_push_notification_config"):
             return
@@ -310,4 +315,4 @@ class TurnRunner:
         config.task_id = task_id
         if not config.id:
             config.id = self.env.new_id()
-        await push.add(config, context, after)
+        await push.attach(config, context, after)

@@ -1,30 +1,32 @@
 """Webhooks: what a delivery carries (authentication, token, media type, body, order), which URLs are refused at
 creation and again at delivery, and that a connection goes only to the address that was checked. Traffic goes only to
-receivers on 127.0.0.1; every other delivery is answered by respx, which mocks the bridge's webhook client."""
+receivers on 127.0.0.1: a delivery to any other address is carried to one by a fake network (`network`), which
+records where the bridge connected."""
 
+import asyncio
 import contextlib
 import json
 import socket
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpcore
 import httpx
 import pytest
-import respx
 
 from a2a_bridge.agents.catalog import sample_agents
 from a2a_bridge.app import Bridge
 from a2a_bridge.capture.replay import WebhookReceiver
 from a2a_bridge.core.clock import SystemClock
 from a2a_bridge.core.config import SecurityConfig, parse_network
-from a2a_bridge.push.webhooks import GuardedBackend, WebhookPolicy
+from a2a_bridge.push.webhook_wire import Streams, WebhookConnections, WireError
+from a2a_bridge.push.webhooks import WebhookPolicy
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, wait_for
 
 PUBLIC = "93.184.215.14"
-"""A public address the fake resolver gives; respx answers for it, so nothing is sent there."""
+"""A public address the fake resolver gives; the fake network answers for it, so nothing is sent there."""
 HOOK = "https://hooks.example.com/a2a-events"
 AUTH = {"scheme": "Bearer", "credentials": "hook_secret_91d2"}
 TOKEN = "planner-run-0006"
@@ -88,6 +90,27 @@ def dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
     yield table
 
 
+class FakeNetwork:
+    """Where the bridge's webhook connections were opened (address, port, TLS server name), each carried to a loopback
+    receiver instead, in plain HTTP: nothing leaves 127.0.0.1."""
+
+    def __init__(self, receiver: WebhookReceiver) -> None:
+        self.receiver = receiver
+        self.connects: list[tuple[str, int, str | None]] = []
+
+    async def open(self, address: str, port: int, context: ssl.SSLContext | None, server_hostname: str | None) -> Streams:
+        self.connects.append((address, port, server_hostname))
+        return await asyncio.open_connection("127.0.0.1", int(self.receiver.base.rsplit(":", 1)[1]))
+
+
+@pytest.fixture
+def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
+    with WebhookReceiver() as receiver:
+        fake = FakeNetwork(receiver)
+        monkeypatch.setattr("a2a_bridge.push.webhook_wire.open_stream", fake.open)
+        yield fake
+
+
 @contextlib.asynccontextmanager
 async def in_process(*networks: str) -> AsyncIterator[tuple[Bridge, httpx.AsyncClient]]:
     """The three sample agents in this process, in memory, reached through httpx's ASGI transport."""
@@ -132,59 +155,64 @@ async def drained(bridge: Bridge) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_webhook_carries_authentication_token_media_type_and_each_event_in_order(dns: dict[str, list[str]]) -> None:
+async def test_a_webhook_carries_authentication_token_media_type_and_each_event_in_order(
+    dns: dict[str, list[str]], network: FakeNetwork
+) -> None:
     async with in_process() as (bridge, client):
-        with respx.mock(assert_all_mocked=True) as mock:
-            route = mock.post(HOOK).mock(return_value=httpx.Response(200))
-            frames = await streamed(client, run_with_hook(HOOK, token=TOKEN, authentication=AUTH))
-            await drained(bridge)
+        frames = await streamed(client, run_with_hook(HOOK, token=TOKEN, authentication=AUTH))
+        await drained(bridge)
     events = [frame for frame in frames if "task" not in frame]
     assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert any("artifactUpdate" in event for event in events)
-    assert [json.loads(c.request.content) for c in route.calls] == events
-    for sent in route.calls:
-        assert sent.request.headers["content-type"] == "application/a2a+json"
-        assert sent.request.headers["authorization"] == "Bearer hook_secret_91d2"
-        assert sent.request.headers["x-a2a-notification-token"] == TOKEN
-        assert sent.request.url == HOOK
+    received = network.receiver.received()
+    assert [json.loads(sent.body) for sent in received] == events
+    for sent in received:
+        assert sent.method == "POST" and sent.path == "/a2a-events"
+        assert sent.headers.get("host") == "hooks.example.com"
+        assert sent.headers.get("content-type") == "application/a2a+json"
+        assert sent.headers.get("authorization") == "Bearer hook_secret_91d2"
+        assert sent.headers.get("x-a2a-notification-token") == TOKEN
+        assert sent.headers.get("accept-encoding") == "identity"
+    assert set(network.connects) == {(PUBLIC, 443, "hooks.example.com")}
 
 
 @pytest.mark.anyio
-async def test_a_config_without_authentication_sends_neither_header(dns: dict[str, list[str]]) -> None:
+async def test_a_config_without_authentication_sends_neither_header(
+    dns: dict[str, list[str]], network: FakeNetwork
+) -> None:
     async with in_process() as (bridge, client):
-        with respx.mock(assert_all_mocked=True) as mock:
-            route = mock.post(HOOK).mock(return_value=httpx.Response(200))
-            await streamed(client, run_with_hook(HOOK))
-            await drained(bridge)
-    assert route.calls
-    for sent in route.calls:
-        assert "authorization" not in sent.request.headers and "x-a2a-notification-token" not in sent.request.headers
+        await streamed(client, run_with_hook(HOOK))
+        await drained(bridge)
+    received = network.receiver.received()
+    assert received
+    for sent in received:
+        assert "authorization" not in sent.headers and "x-a2a-notification-token" not in sent.headers
 
 
 @pytest.mark.anyio
-async def test_refused_webhook_urls_are_refused_at_creation_and_nothing_is_sent(dns: dict[str, list[str]]) -> None:
+async def test_refused_webhook_urls_are_refused_at_creation_and_nothing_is_sent(
+    dns: dict[str, list[str]], network: FakeNetwork
+) -> None:
     async with in_process() as (bridge, client):
-        with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
-            anywhere = mock.route().mock(return_value=httpx.Response(200))
-            done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
-            for url in REFUSED:
-                created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": url})
-                assert created["error"]["code"] == -32602 and field_of(created) == ["url"], url
-                rest = await client.post(f"/test-runner/a2a/rest/tasks/{done['id']}/pushNotificationConfigs", json={"url": url})
-                assert rest.status_code == 400, url
-                sent = await call(client, "SendMessage", run_with_hook(url))
-                assert field_of(sent) == ["configuration.taskPushNotificationConfig.url"], url
-            listed = await call(client, "ListTasks", {})
-            configs = await call(client, "ListTaskPushNotificationConfigs", {"taskId": done["id"]})
-            await drained(bridge)
+        done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
+        for url in REFUSED:
+            created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": url})
+            assert created["error"]["code"] == -32602 and field_of(created) == ["url"], url
+            rest = await client.post(f"/test-runner/a2a/rest/tasks/{done['id']}/pushNotificationConfigs", json={"url": url})
+            assert rest.status_code == 400, url
+            sent = await call(client, "SendMessage", run_with_hook(url))
+            assert field_of(sent) == ["configuration.taskPushNotificationConfig.url"], url
+        listed = await call(client, "ListTasks", {})
+        configs = await call(client, "ListTaskPushNotificationConfigs", {"taskId": done["id"]})
+        await drained(bridge)
     assert [task["id"] for task in listed["result"]["tasks"]] == [done["id"]]
     assert configs["result"].get("configs", []) == []
-    assert not anywhere.calls
+    assert not network.connects
 
 
 @pytest.mark.anyio
 async def test_a_webhook_whose_host_now_resolves_to_a_private_address_is_not_delivered(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, network: FakeNetwork
 ) -> None:
     """The URL is checked again at each delivery: DNS answers change (rebinding). The host resolves to a public
     address once, when the config is created, and to a private one from then on."""
@@ -196,36 +224,35 @@ async def test_a_webhook_whose_host_now_resolves_to_a_private_address_is_not_del
 
     monkeypatch.setattr("a2a_bridge.push.webhooks.system_resolver", rebinding)
     async with in_process() as (bridge, client):
-        with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
-            anywhere = mock.route().mock(return_value=httpx.Response(200))
-            frames = await streamed(client, run_with_hook(HOOK))
-            await drained(bridge)
+        frames = await streamed(client, run_with_hook(HOOK))
+        await drained(bridge)
     assert frames[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(lookups) > 1
-    assert not anywhere.calls
+    assert not network.connects
 
 
-class Recorder(httpcore.AsyncNetworkBackend):
-    """A network backend that records where it was asked to connect and connects nowhere."""
+class Recorder:
+    """A way of opening connections that records where it was asked to connect and connects nowhere."""
 
     def __init__(self) -> None:
-        self.connects: list[tuple[str, int]] = []
+        self.connects: list[tuple[str, int, str | None]] = []
 
-    async def connect_tcp(self, host: str, port: int, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
-        self.connects.append((host, port))
-        raise httpcore.ConnectError("recorded")
+    async def open(self, address: str, port: int, context: ssl.SSLContext | None, server_hostname: str | None) -> Streams:
+        self.connects.append((address, port, server_hostname))
+        raise ConnectionRefusedError("recorded")
 
 
 @pytest.mark.anyio
 async def test_a_connection_goes_only_to_the_address_that_was_checked(dns: dict[str, list[str]]) -> None:
     recorder = Recorder()
-    backend = GuardedBackend(WebhookPolicy(), recorder)
-    with pytest.raises(httpcore.ConnectError, match="recorded"):
-        await backend.connect_tcp("hooks.example.com", 443)
-    for host in ("mixed.example.test", "internal.example.test", "10.0.0.1", "::1", "unresolvable.example.test"):
-        with pytest.raises(httpcore.ConnectError, match="not allowed"):
-            await backend.connect_tcp(host, 80)
-    assert recorder.connects == [(PUBLIC, 443)]
+    connections = WebhookConnections(WebhookPolicy(), opener=recorder.open)
+    with pytest.raises(WireError, match="ConnectError"):
+        await connections.post("https://hooks.example.com/h", {}, b"{}")
+    assert recorder.connects == [(PUBLIC, 443, "hooks.example.com")]
+    for host in ("mixed.example.test", "internal.example.test", "10.0.0.1", "[::1]", "unresolvable.example.test"):
+        with pytest.raises(WireError, match="ConnectError"):
+            await connections.post(f"http://{host}/h", {}, b"{}")
+    assert recorder.connects == [(PUBLIC, 443, "hooks.example.com")]
 
 
 @pytest.mark.anyio
@@ -365,37 +392,35 @@ EMBEDDED_PUBLIC = ["2002:5db8:d70e::1", "64:ff9b::5db8:d70e", "2001:0:5db8:d70e:
 
 @pytest.mark.anyio
 async def test_ipv6_forms_that_carry_a_non_public_ipv4_address_are_refused_at_creation_and_at_connection(
-    dns: dict[str, list[str]],
+    dns: dict[str, list[str]], network: FakeNetwork
 ) -> None:
     dns.update(EMBEDDED_DNS)
     async with in_process("127.0.0.1/32") as (bridge, client):
-        with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
-            anywhere = mock.route().mock(return_value=httpx.Response(200))
-            done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
-            for url in EMBEDDED_REFUSED:
-                created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": url})
-                assert created["error"]["code"] == -32602 and field_of(created) == ["url"], url
-                rest = await client.post(f"/test-runner/a2a/rest/tasks/{done['id']}/pushNotificationConfigs", json={"url": url})
-                assert rest.status_code == 400, url
-            configs = await call(client, "ListTaskPushNotificationConfigs", {"taskId": done["id"]})
-            await drained(bridge)
+        done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
+        for url in EMBEDDED_REFUSED:
+            created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": url})
+            assert created["error"]["code"] == -32602 and field_of(created) == ["url"], url
+            rest = await client.post(f"/test-runner/a2a/rest/tasks/{done['id']}/pushNotificationConfigs", json={"url": url})
+            assert rest.status_code == 400, url
+        configs = await call(client, "ListTaskPushNotificationConfigs", {"taskId": done["id"]})
+        await drained(bridge)
     assert configs["result"].get("configs", []) == []
-    assert not anywhere.calls
+    assert not network.connects
     recorder = Recorder()
-    backend = GuardedBackend(WebhookPolicy(), recorder)
+    connections = WebhookConnections(WebhookPolicy(), opener=recorder.open)
     for url in EMBEDDED_REFUSED:
-        with pytest.raises(httpcore.ConnectError, match="not allowed"):
-            await backend.connect_tcp(httpx.URL(url).host, 80)
+        with pytest.raises(WireError, match="ConnectError"):
+            await connections.post(url, {}, b"{}")
     assert recorder.connects == []
 
 
 @pytest.mark.anyio
-async def test_ipv6_forms_that_carry_a_public_ipv4_address_are_accepted(dns: dict[str, list[str]]) -> None:
+async def test_ipv6_forms_that_carry_a_public_ipv4_address_are_accepted(
+    dns: dict[str, list[str]], network: FakeNetwork
+) -> None:
     async with in_process() as (bridge, client):
-        with respx.mock(assert_all_mocked=True, assert_all_called=False) as mock:
-            mock.route().mock(return_value=httpx.Response(200))
-            done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
-            for address in EMBEDDED_PUBLIC:
-                created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": f"http://[{address}]/h"})
-                assert "result" in created, (address, created)
-            await drained(bridge)
+        done = (await call(client, "SendMessage", {"message": run_with_hook(HOOK)["message"]}))["result"]["task"]
+        for address in EMBEDDED_PUBLIC:
+            created = await call(client, "CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": f"http://[{address}]/h"})
+            assert "result" in created, (address, created)
+        await drained(bridge)

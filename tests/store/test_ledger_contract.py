@@ -16,11 +16,14 @@ from pathlib import Path
 
 import pytest
 from a2a.server.context import ServerCallContext
-from a2a.types import Task, TaskState, TaskStatus
+from a2a.server.tasks import DatabasePushNotificationConfigStore
+from a2a.types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
 
 from a2a_bridge.core.auth import owner_context
 from a2a_bridge.core.claims import Claim
-from a2a_bridge.store.ledger import ClaimEvent, Delivery, Fenced, Ledger, SentMessage, TaskExists, TaskQuery, TaskRecord
+from a2a_bridge.store.ledger import (
+    ClaimEvent, Delivery, Fenced, Ledger, PushAdded, SentMessage, TaskExists, TaskQuery, TaskRecord,
+)
 from a2a_bridge.store.stores import StoreConfig, Stores
 
 OWNER = "alice"
@@ -255,3 +258,47 @@ def test_push_deliveries_are_held_by_one_and_settled_from_where_they_stopped(sto
     logged, held by one session at a time, settled only under its hold, given up and delivered again from where it
     stopped."""
     asyncio.run(outbox_rows(store_url))
+
+
+async def configs_with_saves(url: str) -> None:
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, push_store = stores.for_agent("agent")
+        await ledger.start_session(datetime.now(UTC))
+        now = datetime.now(UTC)
+        task_id, fenced_id = str(uuid.uuid4()), str(uuid.uuid4())
+
+        def added(task: str, config_id: str, after: int) -> PushAdded:
+            if not isinstance(push_store, DatabasePushNotificationConfigStore):
+                return PushAdded(Delivery(task, config_id, "agent", after, due_at=now))
+            config = TaskPushNotificationConfig(task_id=task, id=config_id, url="https://hooks.example.com/h")
+            model = push_store._to_orm(task, config, OWNER)
+            table = push_store.config_model.__table__
+            return PushAdded(Delivery(task, config_id, "agent", after, due_at=now), table,
+                             {column.key: getattr(model, column.key) for column in table.columns})
+
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [],
+                          new=True, log=[(1, "{}")], pushed=[added(task_id, "hook", 0)])
+        await ledger.save(store, task(fenced_id, TaskState.TASK_STATE_WORKING), owner, record(fenced_id, "claimed", 1), [], new=True)
+        with pytest.raises(Fenced):
+            await ledger.save(store, task(fenced_id, TaskState.TASK_STATE_WORKING), owner, record(fenced_id, "claimed", 2, 5), [],
+                              log=[(2, "{}")], pushed=[added(fenced_id, "hook", 1)])
+        with pytest.raises(TaskExists):
+            await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [],
+                              new=True, pushed=[added(task_id, "other", 0)])
+        assert [(d.task_id, d.config_id, d.delivered) for d in await ledger.deliveries("agent")] == [(task_id, "hook", 0)], (
+            "a refused save writes no outbox row"
+        )
+        if isinstance(push_store, DatabasePushNotificationConfigStore):
+            assert [c.id for c in await push_store.get_info_for_dispatch(task_id)] == ["hook"]
+            assert [c.url for c in await push_store.get_info(task_id, owner)] == ["https://hooks.example.com/h"]
+            assert await push_store.get_info_for_dispatch(fenced_id) == []
+        if url != "memory":
+            events = await asyncio.gather(*(ledger.events_after(i, seq) for i, seq in ((task_id, 0), (fenced_id, 0), (task_id, 1))))
+            assert [[seq for seq, _ in rows] for rows in events] == [[1], [], []], "reads asked at once, answered apart"
+
+
+def test_push_configs_added_with_a_save_are_written_by_it_and_not_by_a_refused_one(store_url: str) -> None:
+    """A push config that comes with a message is written in its task's save (its outbox row, and on a database its
+    config row, readable by the SDK's store): a save refused as fenced or as a task that exists writes neither."""
+    asyncio.run(configs_with_saves(store_url))

@@ -23,7 +23,7 @@ from a2a_bridge.agents.base import Emitter
 from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.core.claims import Claim
 from a2a_bridge.core.clock import SystemClock
-from a2a_bridge.store.ledger import ClaimEvent, Ledger, MemoryLedger, SentMessage, TaskRecord, unpacked
+from a2a_bridge.store.ledger import ClaimEvent, Ledger, MemoryLedger, PushAdded, SentMessage, TaskRecord, unpacked
 from a2a_bridge.store.stores import StoreConfig, Stores
 from a2a_bridge.tasks.host_env import HostSettings
 from tests.support import rpc, serve_in_thread, user_message, wait_for
@@ -59,13 +59,13 @@ class FaultyLedger(MemoryLedger):
 
     async def save(
         self, store: TaskStore, task: Task, context: ServerCallContext, record: TaskRecord, events: list[ClaimEvent],
-        *, new: bool = False, log: Sequence[tuple[int, str]] = (),
+        *, new: bool = False, log: Sequence[tuple[int, str]] = (), pushed: Sequence[PushAdded] = (),
     ) -> None:
         if self.down:
             raise disk_error()
         if any(UNSTORABLE in part.text for message in task.history for part in message.parts):
             raise ValueError("a value the store cannot hold")
-        await super().save(store, task, context, record, events, new=new, log=log)
+        await super().save(store, task, context, record, events, new=new, log=log, pushed=pushed)
 
     async def put(self, record: TaskRecord, events: list[ClaimEvent]) -> None:
         if self.down:

@@ -1,0 +1,111 @@
+"""What the outbox writes: the push config row of a task's save, what the SDK's store writes for the same config
+(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; delivery ids, stable; and a message
+with a push config on SQLite, written with its task and delivered from what this process wrote."""
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from a2a.types import AuthenticationInfo, TaskPushNotificationConfig
+
+from a2a_bridge.agents.catalog import sample_agents
+from a2a_bridge.app import Bridge
+from a2a_bridge.capture.replay import WebhookReceiver
+from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.core.config import SecurityConfig, parse_network
+
+from a2a_bridge.push.outbox import IDS, config_row, delivery_id
+from a2a_bridge.store.stores import StoreConfig, Stores
+from tests.support import A2A
+
+RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
+
+
+def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path) -> None:
+    async def check() -> None:
+        stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'rows.db'}"))
+        _, push_store = stores.for_agent("agent")
+        try:
+            config = TaskPushNotificationConfig(
+                task_id="task-1", id="hook-1", url="https://hooks.example.com/h?x=1", token="t0k",
+                authentication=AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
+            )
+            row = config_row(push_store, config, "alice")  # type: ignore[arg-type]
+            model = push_store._to_orm("task-1", config, "alice")  # type: ignore[attr-defined]
+            table = push_store.config_model.__table__  # type: ignore[attr-defined]
+            expected = {column.key: getattr(model, column.key) for column in table.columns}
+            assert {key: value for key, value in row.items() if key != "config_data"} == {
+                key: value for key, value in expected.items() if key != "config_data"
+            }
+            assert orjson.loads(row["config_data"]) == orjson.loads(expected["config_data"])
+            assert push_store._from_orm(push_store.config_model(**row)) == config  # type: ignore[attr-defined]
+        finally:
+            await stores.close()
+
+    asyncio.run(check())
+
+
+
+def test_delivery_ids_are_the_name_based_uuids_receivers_have_seen() -> None:
+    """Ids stay what they were (uuid5 of the namespace and "task\\nconfig\\nrevision"): a receiver deduplicating by
+    them across an upgrade sees the same id for the same delivery."""
+    for task_id, config_id, revision in [("t", "c", 1), ("é" * 40, "x" * 255, 123_456_789), ("", "", 0)]:
+        expected = str(uuid.uuid5(IDS, f"{task_id}\n{config_id}\n{revision}"))
+        assert delivery_id(task_id, config_id, revision) == expected
+
+
+def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_its_own(tmp_path: Path) -> None:
+    """On SQLite a SendMessage's push config is written with its task (no `add_delivery`, no SDK `set_info`), and its
+    deliveries start from the rows and events this process wrote (no read of the event log), every event arriving in
+    order with the config readable afterwards."""
+
+    async def check() -> None:
+        stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'bridge.db'}"))
+        security = SecurityConfig(webhook_networks=(parse_network("127.0.0.1/32", "test"),))
+        bridge = Bridge(sample_agents(pace=0.01), stores, SystemClock(), lambda: str(uuid.uuid4()), security=security)
+        calls: list[str] = []
+        ledger, host = bridge.ledger, bridge.agents["test-runner"].host
+        assert host.push is not None and host.push_store is not None
+        for owner, name in ((ledger, "add_delivery"), (ledger, "events_after"), (host.push_store, "set_info")):
+            counted(owner, name, calls)
+        app = bridge.app()
+        with WebhookReceiver() as receiver:
+            async with bridge.lifespan(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://bridge.test", headers=A2A, timeout=30
+            ) as client:
+                message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": RUN}]}
+                config = {"url": f"{receiver.base}/hook", "id": "hook-1"}
+                params = {"message": message, "configuration": {"taskPushNotificationConfig": config}}
+                answer = await rpc(client, "SendStreamingMessage", params)
+                frames = [json.loads(line[5:])["result"] for line in answer.text.splitlines() if line.startswith("data:")]
+                await host.push.drain()
+                listed = await rpc(client, "ListTaskPushNotificationConfigs", {"taskId": frames[0]["task"]["id"]})
+                configs = listed.json()["result"]["configs"]
+            sent = [json.loads(delivery.body) for delivery in receiver.received()]
+        assert [c["id"] for c in configs] == ["hook-1"]
+        assert sent == [frame for frame in frames if "task" not in frame]
+        assert sent[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        revisions = [int(d.headers.get("a2a-task-revision") or 0) for d in receiver.received()]
+        assert revisions == sorted(revisions) and len(set(revisions)) == len(revisions)
+        assert calls == [], calls
+
+    asyncio.run(check())
+
+
+async def rpc(client: httpx.AsyncClient, method: str, params: dict[str, Any]) -> httpx.Response:
+    return await client.post("/test-runner/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+
+
+def counted(owner: object, name: str, calls: list[str]) -> None:
+    """Record each call of the object's method in `calls`, then make it."""
+    method = getattr(owner, name)
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return await method(*args, **kwargs)
+
+    setattr(owner, name, call)
