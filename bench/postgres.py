@@ -47,6 +47,9 @@ class Reading:
     server: float = 0.0
     backends: dict[int, float] = field(default_factory=dict)
     postgres: float = 0.0
+    sessions: int = 0
+    """Sessions (connections) the run's database has had, from pg_stat_database (its counts lag by up to a
+    second)."""
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Measured:
     """The run's database's backends (None: no PostgreSQL, or not on this machine)."""
     postgres: float | None = None
     """Every process of the PostgreSQL server."""
+    sessions: int | None = None
+    """Connections opened to the run's database during the run (each a new PostgreSQL backend process)."""
 
     def per_request(self, seconds: float | None) -> float | None:
         """Milliseconds of CPU per answered request."""
@@ -121,6 +126,8 @@ class Watch:
                                             "AND pid <> pg_backend_pid()")
             reading.backends = {row["pid"]: process_cpu(row["pid"]) for row in rows}
             reading.postgres = postgres_cpu(self.postmaster)
+            reading.sessions = int(await self.monitor.fetchval(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"))
         return reading
 
     def measured(self, result: Run, before: Reading, after: Reading) -> Measured:
@@ -128,6 +135,7 @@ class Watch:
         if self.monitor is not None and self.postmaster is not None:
             measured.database = sum(used - before.backends.get(pid, 0.0) for pid, used in after.backends.items())
             measured.postgres = after.postgres - before.postgres
+            measured.sessions = after.sessions - before.sessions
         return measured
 
 
@@ -191,7 +199,9 @@ async def measure_group(group: list["run.Started"], plan: "run.Plan", watch: Wat
 def costs(measured: Measured) -> str:
     database = measured.per_request(measured.database)
     return "" if database is None else (f", server {measured.per_request(measured.server):.2f} ms CPU/request, "
-                                        f"database {database:.2f} ms CPU/request")
+                                        f"database {database:.2f} ms CPU/request (all of PostgreSQL "
+                                        f"{measured.per_request(measured.postgres):.2f}), {measured.sessions} "
+                                        "connections opened")
 
 
 def replica_server(bridge: "run.Server", key: str, database: str, number: int) -> "run.Server":
@@ -302,8 +312,8 @@ def table(stats: dict[str, list[Measured]], labels: dict[str, str], connections:
     lines = [
         "| server | req/s | p99 ms | vs @a2a-js/sdk (lowest round) | req/s per round | server CPU (waited) "
         "| server CPU ms/request | its database's backends, CPU ms/request | all of PostgreSQL, CPU ms/request "
-        f"| wall ms/request at {connections} connections | unexpected |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        f"| wall ms/request at {connections} connections | connections opened per 1,000 requests | unexpected |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key in SERVERS:
         measured = stats.get(key)
@@ -315,12 +325,14 @@ def table(stats: dict[str, list[Measured]], labels: dict[str, str], connections:
         server = statistics.median(m.per_request(m.server) or 0.0 for m in measured)
         database = [value for m in measured if (value := m.per_request(m.database)) is not None]
         everything = [value for m in measured if (value := m.per_request(m.postgres)) is not None]
+        opened = [m.sessions / m.run.completed * 1000 for m in measured if m.sessions is not None and m.run.completed]
         lines.append(
             f"| {labels[key]} | {rate:,.0f} | {run.median_p99_ms(runs):.1f} | {versus} "
             f"| {', '.join(f'{r.rate:,.0f}' for r in runs)} | {run.cpu(runs, 'server')} | {server:.2f} "
             f"| {milliseconds(statistics.median(database) if database else None)} "
             f"| {milliseconds(statistics.median(everything) if everything else None)} "
-            f"| {connections / rate * 1000 if rate else 0:.2f} | {sum(r.unexpected for r in runs)} |")
+            f"| {connections / rate * 1000 if rate else 0:.2f} "
+            f"| {f'{statistics.median(opened):.0f}' if opened else '—'} | {sum(r.unexpected for r in runs)} |")
     return lines
 
 
@@ -343,7 +355,8 @@ def render_postgres(stats: PostgresStats | None, plan: "run.Plan", listed: list[
            "column counts them too." if stats is None or stats.shared else
            "the PostgreSQL server was started for this run by `.ci/postgres` (fsync off) and used by nothing else.")
         + " CPU per request is the CPU seconds read from /proc before and after each run over the requests answered; "
-        "wall per request is the connections over the rate (a request's mean time in the server).",
+        "wall per request is the connections over the rate (a request's mean time in the server); connections "
+        "opened are pg_stat_database's `sessions` of the run's database (each a PostgreSQL backend forked).",
         "",
     ]
     if stats is None:

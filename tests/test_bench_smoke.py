@@ -190,7 +190,7 @@ def test_postgres_section_renders_lowest_round_ratios_and_says_when_not_measured
 
     def rounds(*rates: float) -> list[postgres.Measured]:
         return [postgres.Measured(synthetic_run(rate), server=rate * 0.001, database=rate * 0.0005,
-                                  postgres=rate * 0.001) for rate in rates]
+                                  postgres=rate * 0.001, sessions=int(rate) // 10) for rate in rates]
 
     stats = postgres.PostgresStats(
         send={"js": rounds(1_000, 2_000), "bridge-sqlite": rounds(900, 1_700), "pg-1": rounds(600, 900),
@@ -203,7 +203,7 @@ def test_postgres_section_renders_lowest_round_ratios_and_says_when_not_measured
     assert "- FAIL: SendMessage on one PostgreSQL replica 0.45× @a2a-js/sdk in the lowest round (rounds 0.60×, 0.45×" in report
     assert "- PASS: SendMessage on SQLite 0.85× @a2a-js/sdk in the lowest round" in report
     assert "- PASS: GetTask on SQLite 1.90× @a2a-js/sdk" in report
-    assert "| a2a-bridge (PostgreSQL, one replica) | 750 |" in report and "| 1.00 | 0.50 | 1.00 |" in report
+    assert "| a2a-bridge (PostgreSQL, one replica) | 750 |" in report and "| 1.00 | 0.50 | 1.00 | 42.67 | 100 | 0 |" in report
     missing = postgres.render_postgres(None, plan, listed, "python -m bench.run --only postgres", 0.5)
     assert "Not measured: A2A_BRIDGE_PG_URL is not set" in missing
 
