@@ -45,7 +45,7 @@ bench-setup: $(STAMP)
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y wrk >/dev/null \
 		|| echo "wrk not installed: the timed runs use the Python client (bench/load.py)"; fi
 
-bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo; writes docs/PERFORMANCE.md (~14 min; BENCH_ARGS: bench.run's options, e.g. --only reads)
+bench: bench-setup ## a2a-bridge against the stock SDK, @a2a-js/sdk and a bare echo, and on PostgreSQL where A2A_BRIDGE_PG_URL names one or Debian's package is installed; writes docs/PERFORMANCE.md (~14 min, about 20 with PostgreSQL; BENCH_ARGS: bench.run's options, e.g. --only reads)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 bench-quick: bench-setup ## one short round of `make bench` with smaller stores, printed only (~2-3 min; BENCH_ARGS too)

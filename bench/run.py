@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.load import RequestFor, drive, event_loop_factory, sse_events
 from bench.wrk import PLACEHOLDER
-from bench import wrk
+from bench import postgres, wrk
 from bench.populate import clone_tasks
 from bench.replicas import UNBOUNDED, WARMUP, ReplicaStats, measure_replicas, replicas_acceptance, replicas_table
 from bench.status_poll import (
@@ -840,7 +840,7 @@ def render_replicas(stats: ReplicaStats | None, plan: Plan, command: str, load: 
         "",
     ]
     if stats is None:
-        return "\n".join([*lines, f"Not measured: {PG_URL} does not name a PostgreSQL server."])
+        return "\n".join([*lines, f"Not measured: {PG_URL} is not set and Debian's postgresql package is not installed."])
     checks = replicas_acceptance(stats)
     return "\n".join([
         *lines, *replicas_table(stats), "", "### Acceptance (issue 13)", "",
@@ -1258,7 +1258,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--large-store", type=int, help="tasks in the large SQLite store")
     root.add_argument("--bridge-root", type=Path, default=ROOT, help="run a2a-bridge from this source tree")
     root.add_argument("--no-write", action="store_true", help=f"print only; do not update {PERFORMANCE.relative_to(ROOT)}")
-    root.add_argument("--only", choices=["replicas", "reads", "push"], help="measure only this part (and write only its section)")
+    root.add_argument("--only", choices=["replicas", "reads", "push", "postgres"], help="measure only this part (and write only its section)")
     return root
 
 
@@ -1276,15 +1276,20 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {CLIENT_CORE})
     listed = servers(args.bridge_root.resolve())
     started, load = time.monotonic(), os.getloadavg()[0]
-    pg = os.environ.get(PG_URL)
-    with tempfile.TemporaryDirectory(prefix="a2a-bench-") as scratch, asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+    wants_pg = args.only in (None, "replicas", "postgres")
+    with (tempfile.TemporaryDirectory(prefix="a2a-bench-") as scratch,
+          asyncio.Runner(loop_factory=event_loop_factory()) as runner,
+          postgres.postgres_server() if wants_pg else contextlib.nullcontext() as pg):
         results = None if args.only else runner.run(measure_all(plan, listed, Path(scratch)))
         reads = runner.run(measure_reads_section(plan, listed, Path(scratch))) if args.only in (None, "reads") else None
         push = runner.run(measure_push_section(plan, listed, Path(scratch))) if args.only in (None, "push") else None
+        on_pg = None
+        if pg and args.only in (None, "postgres"):
+            on_pg = runner.run(postgres.measure_postgres_section(plan, listed, Path(scratch), *pg))
         replicas = None
         if pg and args.only in (None, "replicas"):
             progress(f"replicas: two bridge processes on PostgreSQL, {plan.replica_samples} samples of each measure")
-            replicas = runner.run(measure_replicas(pg, plan.replica_samples, Path(scratch)))
+            replicas = runner.run(measure_replicas(pg[0], plan.replica_samples, Path(scratch)))
     sections: list[tuple[str, str, str]] = []
     if results is not None:
         sections.append((render(results, plan, listed, command, time.monotonic() - started, load), BEGIN, END))
@@ -1294,6 +1299,9 @@ def main(argv: list[str] | None = None) -> None:
         sections.append((render_reads(reads, plan, listed, command, load), READS_BEGIN, READS_END))
     if push is not None:
         sections.append((render_push(push, plan, command, load), PUSH_BEGIN, PUSH_END))
+    if args.only in (None, "postgres"):
+        sections.append((postgres.render_postgres(on_pg, plan, listed, command, load), postgres.POSTGRES_BEGIN,
+                         postgres.POSTGRES_END))
     for report, begin, end in sections:
         print(report)
         if not args.no_write:

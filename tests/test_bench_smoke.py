@@ -7,9 +7,10 @@ import os
 import sqlite3
 from pathlib import Path
 
+import asyncpg
 import pytest
 
-from bench import run, wrk
+from bench import postgres, run, wrk
 from bench.load import drive, parse_response
 from bench.populate import clone_tasks
 from bench.status_poll import Load, Run
@@ -180,3 +181,62 @@ def test_push_section_times_both_variants_and_hears_every_terminal_status(tmp_pa
     report = run.render_push(stats, plan, "python -m bench.run --only push", 0.5)
     assert "| one push config per task |" in report and "### Acceptance (issue 30, push)" in report
     assert "- PASS: every task's terminal status delivered" in report
+
+
+def test_postgres_section_renders_lowest_round_ratios_and_says_when_not_measured() -> None:
+    """The PostgreSQL section (issue 35) judges each bar on its lowest round against @a2a-js/sdk in the same round."""
+    plan = run.Plan(rounds=2)
+    listed = run.servers()
+
+    def rounds(*rates: float) -> list[postgres.Measured]:
+        return [postgres.Measured(synthetic_run(rate), server=rate * 0.001, database=rate * 0.0005,
+                                  postgres=rate * 0.001, sessions=int(rate) // 10) for rate in rates]
+
+    stats = postgres.PostgresStats(
+        send={"js": rounds(1_000, 2_000), "bridge-sqlite": rounds(900, 1_700), "pg-1": rounds(600, 900),
+              "pg-2": rounds(500, 800)},
+        get={"js": rounds(1_000, 1_000), "bridge-sqlite": rounds(2_000, 1_900), "pg-1": rounds(1_800, 1_800),
+             "pg-2": rounds(1_700, 1_700)},
+        shared=False,
+    )
+    report = postgres.render_postgres(stats, plan, listed, "python -m bench.run --only postgres", 0.5)
+    assert "- FAIL: SendMessage on one PostgreSQL replica 0.45× @a2a-js/sdk in the lowest round (rounds 0.60×, 0.45×" in report
+    assert "- PASS: SendMessage on SQLite 0.85× @a2a-js/sdk in the lowest round" in report
+    assert "- PASS: GetTask on SQLite 1.90× @a2a-js/sdk" in report
+    assert "| a2a-bridge (PostgreSQL, one replica) | 750 |" in report and "| 1.00 | 0.50 | 1.00 | 42.67 | 100 | 0 |" in report
+    missing = postgres.render_postgres(None, plan, listed, "python -m bench.run --only postgres", 0.5)
+    assert "Not measured: A2A_BRIDGE_PG_URL is not set" in missing
+
+
+def test_merged_runs_of_two_replicas_add_their_counts_and_keep_the_higher_percentile() -> None:
+    first = Run("x", completed=100, unexpected=1, elapsed=1.0, server_cpu=0.5, quantiles={0.99: 0.010, 0.5: 0.002})
+    second = Run("x", completed=50, elapsed=1.2, server_cpu=0.25, quantiles={0.99: 0.030, 0.5: 0.001})
+    whole = postgres.merged([first, second])
+    assert (whole.completed, whole.unexpected, whole.elapsed, whole.server_cpu) == (150, 1, 1.2, 0.75)
+    assert whole.percentile(0.99) == 0.030 and whole.percentile(0.5) == 0.002
+
+
+def test_postgres_section_runs_two_replicas_on_a_fresh_database_it_drops(tmp_path: Path) -> None:
+    """One short run of two replicas on one PostgreSQL database: both answer, the database's backends' CPU is read,
+    and the database made for the run is gone after it."""
+    url = os.environ.get("A2A_BRIDGE_PG_URL")
+    if not url:
+        pytest.skip("needs PostgreSQL: export A2A_BRIDGE_PG_URL=$(bash .ci/postgres)")
+
+    async def databases() -> set[str]:
+        connection = await asyncpg.connect(url)
+        try:
+            return {row["datname"] for row in await connection.fetch("SELECT datname FROM pg_database")
+                    if row["datname"].startswith("bench_")}
+        finally:
+            await connection.close()
+
+    before = asyncio.run(databases())
+    plan = run.Plan(rounds=1, seconds=1.0, warmup=0.5, connections=4)
+    stats = postgres.PostgresStats()
+    asyncio.run(postgres.measure_postgres_group("pg-2", server("bridge-sqlite"), url, plan, tmp_path, stats))
+    send, get = stats.send["pg-2"][0], stats.get["pg-2"][0]
+    assert send.run.completed > 0 and send.run.unexpected == 0 and get.run.completed > 0 and get.run.unexpected == 0
+    assert send.server > 0 and send.database is not None and send.database > 0
+    assert send.postgres is not None and send.postgres >= send.database
+    assert asyncio.run(databases()) <= before, "the run's database was dropped"

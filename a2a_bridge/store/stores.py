@@ -84,6 +84,10 @@ def read_only(connection: Any, _record: Any) -> None:
 
 READERS = 4
 """Connections of the SQLite read pool, beside the one writer."""
+PG_POOL = {"pool_size": 20, "max_overflow": 0}
+"""PostgreSQL connections a process keeps, and the most it opens: all of them kept, for SQLAlchemy closes each
+overflow connection as it comes back, and under load (32 requests at once) that forked a PostgreSQL backend every
+ten requests or so, doubling the database's CPU per SendMessage (docs/PERFORMANCE.md, PostgreSQL)."""
 WORKER_EXIT = 5.0
 """Seconds a SQLite connection that did not open waits for aiosqlite's worker thread to end."""
 
@@ -174,15 +178,19 @@ class Stores:
         self.health = StoreHealth(config.sqlite_path())
         self.reader: AsyncEngine | None = None
         """Where task and ledger reads go: on a SQLite file a pool of read-only connections, so that reads never
-        queue behind the one writer; otherwise the engine itself."""
+        queue behind the one writer; on PostgreSQL the engine's own pool in autocommit, so that a read is its one
+        statement without a BEGIN and a ROLLBACK around it (under READ COMMITTED each statement reads its own
+        snapshot either way)."""
         self._tables: list[SqlTaskStore | DatabasePushNotificationConfigStore] = []
         if config.url is not None:
             sqlite = config.url.startswith("sqlite")
             kwargs: dict[str, Any] = {
                 "async_creator": sqlite_connector(config.url, {"timeout": 30}), "pool_size": 1, "max_overflow": 0,
                 "pool_reset_on_return": None, "json_serializer": column_json,
-            } if sqlite else {}
+            } if sqlite else dict(PG_POOL)
             self.engine = self.reader = create_async_engine(config.url, **kwargs)
+            if not sqlite:
+                self.reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             if sqlite:
                 event.listen(self.engine.sync_engine, "reset", roll_back_open_transaction)
                 event.listen(self.engine.sync_engine, "connect", write_ahead_log)
@@ -229,7 +237,7 @@ class Stores:
         return None
 
     async def close(self) -> None:
-        if self.reader is not None and self.reader is not self.engine:
+        if self.reader is not None and self.engine is not None and self.reader.pool is not self.engine.pool:
             await self.reader.dispose()
         if self.engine is not None:
             await self.engine.dispose()
