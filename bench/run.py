@@ -723,7 +723,7 @@ def per_task(rss: dict[str, int], server: str) -> tuple[float, float]:
 
 
 def acceptance(results: Results, plan: Plan) -> list[tuple[str, bool | None]]:
-    """Each ratio of issues 7 and 18 with whether it holds (None: reported, no bar)."""
+    """Each ratio of issues 7, 18 and 35 with whether it holds (None: reported, no bar)."""
     send = {key: median_rate(runs) for key, runs in results.send.items()}
     stock, bridge, sqlite = send["stock"], send["bridge-memory"], send["bridge-sqlite"]
     poll = median_rate(results.reads["bridge-memory 304 poll"])
@@ -753,11 +753,33 @@ def acceptance(results: Results, plan: Plan) -> list[tuple[str, bool | None]]:
                        bridge >= js))
         checks.append((f"blocking SendMessage, SQLite: a2a-bridge {sqlite / js:.2f}× @a2a-js/sdk in memory "
                        "(issue 18: bar ≥ 0.5×)", sqlite >= 0.5 * js))
+        checks.extend(lowest_round_checks(results))
     first, second = per_task(results.rss, "memory")
     stock_each = per_task(results.rss, "stock")[0]
     checks.append((f"RSS per finished task, memory store: a2a-bridge {first:,.0f} bytes, then {second:,.0f} bytes "
                    f"(flat: second ≤ 1.2× first); the stock SDK {stock_each:,.0f} bytes (issue 18: bar ≤ the stock "
                    "SDK's)", max(first, second) <= stock_each and second <= 1.2 * max(first, 1.0)))
+    return checks
+
+
+ISSUE_35_BARS = {"bridge-memory": ("memory", 1.5), "bridge-sqlite": ("SQLite", 0.8)}
+"""Issue 35: SendMessage at this share of @a2a-js/sdk's rate (in memory), in the lowest round."""
+
+
+def lowest_round_checks(results: Results) -> list[tuple[str, bool | None]]:
+    """Issue 35's lines on the rounds of this run: each store's lowest round's ratio to @a2a-js/sdk in the same round,
+    and each store's p99 at the run's connections against @a2a-js/sdk's (medians over rounds)."""
+    js = results.send["js"]
+    checks: list[tuple[str, bool | None]] = []
+    for key, (store, bar) in ISSUE_35_BARS.items():
+        ratios = [mine.rate / theirs.rate for mine, theirs in zip(results.send[key], js) if theirs.rate]
+        listed = ", ".join(f"{value:.2f}×" for value in ratios)
+        checks.append((f"blocking SendMessage, {store}: a2a-bridge {min(ratios):.2f}× @a2a-js/sdk in the lowest round "
+                       f"(rounds {listed}; issue 35: bar ≥ {bar}×)", min(ratios) >= bar))
+    for key, (store, _) in ISSUE_35_BARS.items():
+        mine, theirs = median_p99_ms(results.send[key]), median_p99_ms(js)
+        checks.append((f"blocking SendMessage, {store}: a2a-bridge p99 {mine:.1f} ms against @a2a-js/sdk's {theirs:.1f} "
+                       "ms (issue 35: bar ≤ @a2a-js/sdk's)", mine <= theirs))
     return checks
 
 

@@ -156,6 +156,24 @@ def test_summary_prints_every_table_and_each_acceptance_line(tmp_path: Path) -> 
     assert written.startswith("# Performance\n\nintro\n\n") and written.endswith(f"{run.END}\n\nafter\n")
 
 
+def test_issue_35_lines_judge_the_lowest_round_against_a2a_js_and_compare_p99() -> None:
+    js = [synthetic_run(2_000, 0.010), synthetic_run(2_000, 0.010)]
+    results = run.Results(send={
+        "js": js,
+        "bridge-memory": [synthetic_run(3_200, 0.004), synthetic_run(2_800, 0.004)],
+        "bridge-sqlite": [synthetic_run(1_700, 0.020), synthetic_run(1_900, 0.020)],
+    })
+    lines = dict(run.lowest_round_checks(results))
+    assert lines["blocking SendMessage, memory: a2a-bridge 1.40× @a2a-js/sdk in the lowest round (rounds 1.60×, "
+                 "1.40×; issue 35: bar ≥ 1.5×)"] is False
+    assert lines["blocking SendMessage, SQLite: a2a-bridge 0.85× @a2a-js/sdk in the lowest round (rounds 0.85×, "
+                 "0.95×; issue 35: bar ≥ 0.8×)"] is True
+    assert lines["blocking SendMessage, memory: a2a-bridge p99 4.0 ms against @a2a-js/sdk's 10.0 ms (issue 35: bar ≤ "
+                 "@a2a-js/sdk's)"] is True
+    assert lines["blocking SendMessage, SQLite: a2a-bridge p99 20.0 ms against @a2a-js/sdk's 10.0 ms (issue 35: bar ≤ "
+                 "@a2a-js/sdk's)"] is False
+
+
 def test_back_to_back_events_reach_the_client_while_the_agent_still_emits(tmp_path: Path) -> None:
     """Events an agent sends without yielding share saves, but in bounded groups: the client reads the first one
     before the agent has emitted the last (never all at the end, upstream a2aproject/a2a-python#285)."""
