@@ -2,6 +2,7 @@
 an advisory lock on their session and hear each other's changes by LISTEN/NOTIFY on that same connection)."""
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -100,8 +101,11 @@ class SqlLedger(SqlDeliveries):
         self._changed = asyncio.Event()
         self._writes: GroupCommit[Write, Outcome] = GroupCommit(self._write_many, self._write_one)
         self._sqlite = SqliteBatch(engine.dialect) if engine.dialect.name == "sqlite" else None
-        self._batch: SqliteBatch | PgBatch = self._sqlite or PgBatch(engine.dialect)
-        """Where a group commit's batch is written: on SQLite's connection thread, or on asyncpg (PostgreSQL)."""
+        self._pg = PgBatch(engine.dialect) if self._sqlite is None else None
+        self._writer: AsyncConnection | None = None
+        """On PostgreSQL the connection the group commit writes on, kept from one batch to the next (the batches run one
+        at a time), so that a batch costs no checkout from the pool and no reset on its return; given back to the pool
+        when a batch fails, and at close."""
 
     async def _init(self) -> None:
         if not self._ready:
@@ -171,6 +175,9 @@ class SqlLedger(SqlDeliveries):
 
     async def close(self) -> None:
         await self._writes.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.close()
         await self._session.drop()
 
     async def get(self, task_id: str) -> TaskRecord | None:
@@ -432,8 +439,19 @@ class SqlLedger(SqlDeliveries):
         the push outbox's row changes; `results` gets each refused save's refusal and each change's outcome. On SQLite
         in one trip to the connection's thread, commit included (`ledger_batch.SqliteBatch`); on PostgreSQL through
         asyncpg directly, each statement's rows in one trip (`pg_batch.PgBatch`)."""
-        async with self.engine.connect() as conn:
-            await self._batch.run(conn, saves, remembered, results, changes)
+        if self._sqlite is not None:
+            async with self.engine.connect() as conn:
+                await self._sqlite.run(conn, saves, remembered, results, changes)
+            return
+        assert self._pg is not None
+        conn, self._writer = self._writer or await self.engine.connect(), None
+        try:
+            await self._pg.run(conn, saves, remembered, results, changes)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a lost connection may fail to close; the pool drops it either way
+                await conn.close()
+            raise
+        self._writer = conn
 
     async def _write_one(self, write: Write) -> Outcome:
         """A write alone; a message another replica inserted first is answered from its row."""
