@@ -1,14 +1,16 @@
 """The ledger's batch (one group commit) on PostgreSQL, written on the asyncpg connection itself.
 
 Through SQLAlchemy each statement of a batch is an execution context built anew, its parameters processed row by row
-and its result set up, on the far side of the greenlet bridge to asyncpg: most of a PostgreSQL SendMessage's server
-CPU. `PgBatch` compiles the batch's statements once (the same SQLAlchemy statements, as the dialect renders them,
-each value bound through its column type's bind processor: stored exactly as SQLAlchemy stores it) and hands them to
-asyncpg, which prepares each once per connection (its statement cache) and sends the rows of one statement in one
-trip (`executemany`, `fetchmany`). The SQL is the same: records written only where new, or over the version their
-writer holds and not ended (a fenced save writes nothing), the rows that follow only for the records written, NOTIFY
-in the same transaction. A failure is raised as SQLAlchemy raises it (`IntegrityError`, `OperationalError`...), and
-a connection lost on the way is invalidated rather than given back to the pool."""
+and its result set up, on the far side of the greenlet bridge to asyncpg, and a batch was BEGIN, about eight
+statements and COMMIT, each a round trip: most of a PostgreSQL SendMessage's server CPU. `PgBatch` writes the common
+batch (saves and messages; no outbox change, no push config added, each task saved once) as one statement
+(`pg_unnest.SaveStatement`: one round trip, its own transaction), and any other in one transaction of the same
+SQLAlchemy statements compiled once (each value bound through its column type's bind processor: stored exactly as
+SQLAlchemy stores it), which asyncpg prepares once per connection (its statement cache), each statement's rows sent
+in one trip (`executemany`, `fetchmany`). The SQL is the same either way: records written only where new, or over
+the version their writer holds and not ended (a fenced save writes nothing), the rows that follow only for the
+records written, NOTIFY in the same transaction. A failure is raised as SQLAlchemy raises it (`IntegrityError`,
+`OperationalError`...), and a connection lost on the way is invalidated rather than given back to the pool."""
 
 from typing import Any
 
@@ -97,49 +99,49 @@ class PgBatch:
         and the events logged at commit (NOTIFY). Returns the (task id, new) of the records written."""
         raw = await conn.get_raw_connection()
         driver: Any = raw.driver_connection
+        at = ["BEGIN"]
+        """The statement under way, for the error of a failure."""
         if one_statement(saves, changes):
             try:
-                return await self._one_statement(driver, saves, remembered, results)
+                return await self._one_statement(driver, saves, remembered, results, at)
             except Exception as error:
-                await self._raise(conn, raw, "WITH ...", error)
-        sql = "BEGIN"
+                await self._raise(conn, raw, at[0], error)
         try:
             async with driver.transaction():
                 written: set[tuple[str, bool]] = set()
                 if remembered:
-                    sql = KNOWN_SQL
-                    await self._remember(driver, remembered, results)
+                    await self._remember(driver, remembered, results, at)
                 for new in (True, False):
                     rows = record_rows((save for _, save in saves), new)
                     if rows:
                         records = self._records[new]
-                        sql = records.sql
-                        found = await driver.fetchmany(sql, [records.bind(row) for row in rows])
+                        at[0] = records.sql
+                        found = await driver.fetchmany(records.sql, [records.bind(row) for row in rows])
                         written |= {(row[0], new) for row in found}
                 after = followers(saves, written, results)
                 for table, tasks in after.tasks.items():
-                    sql = await self._many(driver, self._upsert(table), list(tasks.values()))
-                sql = await self._many(driver, self._events, after.events)
-                sql = await self._many(driver, self._logged, after.logged)
-                sql = await self._many(driver, self._deliveries, after.deliveries)
+                    await self._many(driver, self._upsert(table), list(tasks.values()), at)
+                await self._many(driver, self._events, after.events, at)
+                await self._many(driver, self._logged, after.logged, at)
+                await self._many(driver, self._deliveries, after.deliveries, at)
                 for table, configs in after.configs.items():
-                    sql = await self._many(driver, self._upsert(table), configs)
+                    await self._many(driver, self._upsert(table), configs, at)
                 for index, change in changes:
-                    sql, params = pg_params(change)
-                    results[index] = rowcount(await driver.execute(sql, *params)) == 1
+                    at[0], params = pg_params(change)
+                    results[index] = rowcount(await driver.execute(at[0], *params)) == 1
                 payloads = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
                 payloads += event_notices(after.logged)
                 if payloads:
-                    sql = NOTIFY_SQL
-                    await driver.execute(sql, payloads)
-                sql = "COMMIT"
+                    at[0] = NOTIFY_SQL
+                    await driver.execute(NOTIFY_SQL, payloads)
+                at[0] = "COMMIT"
         except Exception as error:
-            await self._raise(conn, raw, sql, error)
+            await self._raise(conn, raw, at[0], error)
         return written
 
     async def _one_statement(
         self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
-        results: list[Outcome],
+        results: list[Outcome], at: list[str],
     ) -> set[tuple[str, bool]]:
         """The batch as one statement (`pg_unnest.SaveStatement`): one round trip, its own transaction."""
         one = self._one
@@ -167,7 +169,8 @@ class PgBatch:
         notices = [(row["task_id"], f"e:{row['task_id']}:{row['seq']}:{row['body']}") for row in logged]
         short = [(task_id, notice) for task_id, notice in notices if len(notice.encode()) <= MAX_PAYLOAD]
         args += [[task_id for task_id, _ in short], [notice for _, notice in short], list(range(len(short)))]
-        rows = await driver.fetch(one.sql(tables, bool(remembered)), *args)
+        at[0] = one.sql(tables, bool(remembered))
+        rows = await driver.fetch(at[0], *args)
         written = {row[1] for row in rows if row[0] == "w"}
         for index, save in saves:
             task_id = save.record["task_id"]
@@ -178,6 +181,7 @@ class PgBatch:
             inserted = {(r[1], r[2], r[3]) for r in rows if r[0] == "i"}
             lost = [write for _, write in remembered if write.key not in known and write.key not in inserted]
             if lost:
+                at[0] = KNOWN_SQL
                 known.update(await self._known(driver, list({write.key for write in lost})))
             fresh_messages(remembered, known, results)
         return {(save.record["task_id"], save.new) for _, save in saves if save.record["task_id"] in written}
@@ -187,17 +191,20 @@ class PgBatch:
         rows = await driver.fetch(KNOWN_SQL, *(list(column) for column in zip(*keys, strict=True)))
         return {(r[0], r[1], r[2]): SentMessage(r[3], r[4], r[5], r[6]) for r in rows}
 
-    async def _remember(self, driver: Any, remembered: list[tuple[int, Remember]], results: list[Outcome]) -> None:
+    async def _remember(
+        self, driver: Any, remembered: list[tuple[int, Remember]], results: list[Outcome], at: list[str]
+    ) -> None:
         """Insert the messages not sent before; the others get what their first send stored."""
+        at[0] = KNOWN_SQL
         known = await self._known(driver, list({write.key for _, write in remembered}))
-        await self._many(driver, self._message, fresh_messages(remembered, known, results))
+        await self._many(driver, self._message, fresh_messages(remembered, known, results), at)
 
     @staticmethod
-    async def _many(driver: Any, compiled: Compiled, rows: list[dict[str, Any]]) -> str:
-        """Bind and write the rows in one trip (none: nothing); the statement, for the error of a failure."""
+    async def _many(driver: Any, compiled: Compiled, rows: list[dict[str, Any]], at: list[str]) -> None:
+        """Bind and write the rows in one trip (none: nothing)."""
         if rows:
+            at[0] = compiled.sql
             await driver.executemany(compiled.sql, [compiled.bind(row) for row in rows])
-        return compiled.sql
 
     async def _raise(self, conn: AsyncConnection, raw: Any, sql: str, error: Exception) -> None:
         """Raise the driver's error as SQLAlchemy would (its DBAPI error class, wrapped), the connection invalidated

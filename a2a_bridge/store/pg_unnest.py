@@ -13,6 +13,7 @@ from sqlalchemy import Table, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import Executable
 
+from a2a_bridge.store.ledger_batch import EVENT_COLUMNS
 from a2a_bridge.store.ledger_tables import (
     claim_events_table,
     events_table,
@@ -70,9 +71,7 @@ class SaveStatement:
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
         self.records = {new: Arrays(record_statement(dialect.name, new), records_table, dialect) for new in (True, False)}
-        self.events = Arrays(insert(claim_events_table), claim_events_table, dialect,
-                             ["task_id", "claim_generation", "operation", "state", "evidence", "at",
-                              "session_generation", "lease_until"])
+        self.events = Arrays(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
         self.logged = Arrays(upsert_statement(dialect.name, events_table), events_table, dialect)
         self.messages = Arrays(insert(messages_table), messages_table, dialect)
         self._tasks: dict[Table, Arrays] = {}
