@@ -176,6 +176,12 @@ async def steady(measure: Callable[[], Awaitable[Measured]]) -> Measured:
     return min(first, await measure(), key=lambda measured: run.waited(measured.run))
 
 
+def sends(group: list["run.Started"]) -> list[bytes]:
+    """A SendMessage request for each server of the group, with a tag of its own: each run sends messages not sent
+    before (the bridge answers a messageId it has seen as a retry, replaying the first send's answer)."""
+    return [run.send_request(started) for started in group]
+
+
 async def measure_group(group: list["run.Started"], plan: "run.Plan", watch: Watch, stats: PostgresStats,
                         key: str) -> None:
     """SendMessage, then GetTask of one finished task (on every server of the group), each after its warm-up."""
@@ -183,9 +189,8 @@ async def measure_group(group: list["run.Started"], plan: "run.Plan", watch: Wat
     warmup = replace(load, seconds=plan.warmup)
     for started in group:
         run.checked_send(started)
-    sends = [run.send_request(started) for started in group]
-    await timed("warmup", group, sends, warmup, b"", None)
-    send = await steady(lambda: timed("SendMessage", group, sends, load, group[0].server.needle, watch))
+    await timed("warmup", group, sends(group), warmup, b"", None)
+    send = await steady(lambda: timed("SendMessage", group, sends(group), load, group[0].server.needle, watch))
     task_id = run.checked_send(group[0])["result"]["task"]["id"]
     gets = [run.rpc_request(started, "GetTask", {"id": task_id}) for started in group]
     await timed("warmup", group, gets, warmup, b"", None)

@@ -226,6 +226,15 @@ def test_postgres_section_renders_lowest_round_ratios_and_says_when_not_measured
     assert "Not measured: A2A_BRIDGE_PG_URL is not set" in missing
 
 
+def test_postgres_section_sends_message_ids_of_its_own_in_each_run() -> None:
+    """wrk numbers the messageIds from 0 in every run: a run given the request of the run before would resend its
+    messages, which the bridge answers as retries, not new tasks."""
+    started = run.Started(None, 8000, server("bridge-sqlite"), None)  # type: ignore[arg-type]
+    first, second = postgres.sends([started, started]), postgres.sends([started])
+    tags = {request.split(b'"messageId": "')[1].split(wrk.PLACEHOLDER.encode())[0] for request in first + second}
+    assert len(tags) == 3
+
+
 def test_merged_runs_of_two_replicas_add_their_counts_and_keep_the_higher_percentile() -> None:
     first = Run("x", completed=100, unexpected=1, elapsed=1.0, server_cpu=0.5, quantiles={0.99: 0.010, 0.5: 0.002})
     second = Run("x", completed=50, elapsed=1.2, server_cpu=0.25, quantiles={0.99: 0.030, 0.5: 0.001})

@@ -1,5 +1,5 @@
-"""The text of SQLite's JSON columns: orjson's where it writes what `json.dumps` would, and a large array written one
-item at a time, so that a task's history is never held as dicts and as text at once."""
+"""The text of the JSON columns (SQLite's and PostgreSQL's): orjson's where it writes what `json.dumps` would, and a
+large array written one item at a time, so that a task's history is never held as dicts and as text at once."""
 
 import json
 from collections.abc import Iterable
@@ -21,7 +21,7 @@ class JsonText:
 
 
 def column_json(value: Any) -> str:
-    """A SQLite JSON column's text: orjson's (compact, UTF-8) where it holds the value `json.dumps` holds, else
+    """A JSON column's text: orjson's (compact, UTF-8) where it holds the value `json.dumps` holds, else
     `json.dumps`'s (SQLAlchemy's default). orjson writes a non-finite number as null and refuses what it does not
     write natively (integers beyond 64 bits, non-string keys, lone surrogates); output with a null, and what it
     refuses, are written by the standard library, so every value reads back as before. (`find`, not `in`: a bytes

@@ -1,16 +1,14 @@
 """The push outbox's row changes (holds, settles, drops), written in the ledger's group commit: the changes submitted
 while a transaction runs share the next one with the task saves of the moment (`group_commit.GroupCommit`), so a busy
 outbox adds no transaction of its own. Each change as SQLite's statement and parameters (run by
-`ledger_batch.SqliteBatch` in its one trip to the connection's thread) and as SQLAlchemy's (PostgreSQL)."""
+`ledger_batch.SqliteBatch` in its one trip to the connection's thread) and as PostgreSQL's (run by `pg_batch.PgBatch`
+on the asyncpg connection)."""
 
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, update
-from sqlalchemy.sql.expression import Executable
-
 from a2a_bridge.store.ledger import Delivery
-from a2a_bridge.store.ledger_tables import deliveries_table, delivery_key, delivery_row
+from a2a_bridge.store.ledger_tables import deliveries_table
 
 
 class Hold(NamedTuple):
@@ -69,19 +67,28 @@ def sqlite_params(change: Change) -> tuple[str, tuple[Any, ...]]:
     return DROP_SQL, (d.task_id, d.config_id, d.holds)
 
 
-def change_statement(change: Change) -> Executable:
-    """The SQLAlchemy statement of one change (PostgreSQL)."""
-    d = deliveries_table
+PG_HOLD_SQL = (
+    f"UPDATE {TABLE} SET holder = $1, held_until = $2, holds = $3 "
+    "WHERE task_id = $4 AND config_id = $5 AND delivered = $6 AND holds = $7 AND dead IS false"
+)
+PG_SETTLE_SQL = (
+    f"UPDATE {TABLE} SET delivered = $1, attempts = $2, due_at = $3, failing_since = $4, dead = $5, last_error = $6, "
+    "holder = NULL, held_until = NULL, holds = $7 "
+    "WHERE task_id = $8 AND config_id = $9 AND holder IS NOT DISTINCT FROM $10::INTEGER AND holds = $11"
+)
+PG_DROP_SQL = f"DELETE FROM {TABLE} WHERE task_id = $1 AND config_id = $2 AND holds = $3"
+
+
+def pg_params(change: Change) -> tuple[str, tuple[Any, ...]]:
+    """The PostgreSQL statement of one change and its parameters (asyncpg's: times as datetimes)."""
     if isinstance(change, Hold):
-        delivery = change.delivery
-        return (
-            update(d)
-            .where(and_(*delivery_key(delivery), d.c.delivered == delivery.delivered, d.c.holds == delivery.holds,
-                        d.c.dead.is_(False)))
-            .values(holder=change.session, held_until=change.until, holds=delivery.holds + 1)
-        )
+        d = change.delivery
+        return PG_HOLD_SQL, (change.session, change.until, d.holds + 1, d.task_id, d.config_id, d.delivered, d.holds)
     if isinstance(change, Settle):
-        held = change.held
-        values = {**delivery_row(change.settled), "holder": None, "held_until": None, "holds": held.holds}
-        return update(d).where(and_(*delivery_key(held), d.c.holder == held.holder, d.c.holds == held.holds)).values(**values)
-    return delete(d).where(and_(*delivery_key(change.delivery), d.c.holds == change.delivery.holds))
+        held, s = change.held, change.settled
+        return PG_SETTLE_SQL, (
+            s.delivered, s.attempts, s.due_at, s.failing_since, s.dead, s.last_error,
+            held.holds, held.task_id, held.config_id, held.holder, held.holds,
+        )
+    d = change.delivery
+    return PG_DROP_SQL, (d.task_id, d.config_id, d.holds)

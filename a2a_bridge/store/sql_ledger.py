@@ -2,6 +2,7 @@
 an advisory lock on their session and hear each other's changes by LISTEN/NOTIFY on that same connection)."""
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -11,13 +12,13 @@ from typing import Any
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabaseTaskStore, TaskStore
 from a2a.types import Task
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.store.column_json import json_array
-from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle, change_statement
+from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import (
     HELD,
@@ -39,34 +40,27 @@ from a2a_bridge.store.ledger_batch import (
     Save,
     SqliteBatch,
     Write,
-    followers,
-    fresh_messages,
-    record_rows,
 )
 from a2a_bridge.store.ledger_tables import (
-    added_delivery_statement,
     claim_events_table,
     delivery_row,
     event_rows,
-    events_table,
     messages_table,
     STORED_BYTES,
     create_or_migrate,
     record_of,
-    record_statement,
     records_table,
     requests_table,
     row_values,
     sessions_table,
     task_row,
-    upsert_statement,
     utc,
 )
+from a2a_bridge.store.pg_batch import PgBatch
 from a2a_bridge.store.pg_session import (
     NOTIFY,
     REQUEST_NOTICE,
     SessionConnection,
-    event_notices,
     request_params,
     session_alive,
 )
@@ -107,6 +101,11 @@ class SqlLedger(SqlDeliveries):
         self._changed = asyncio.Event()
         self._writes: GroupCommit[Write, Outcome] = GroupCommit(self._write_many, self._write_one)
         self._sqlite = SqliteBatch(engine.dialect) if engine.dialect.name == "sqlite" else None
+        self._pg = PgBatch(engine.dialect) if self._sqlite is None else None
+        self._writer: AsyncConnection | None = None
+        """On PostgreSQL the connection the group commit writes on, kept from one batch to the next (the batches run one
+        at a time), so that a batch costs no checkout from the pool and no reset on its return; given back to the pool
+        when a batch fails, and at close."""
 
     async def _init(self) -> None:
         if not self._ready:
@@ -176,6 +175,9 @@ class SqlLedger(SqlDeliveries):
 
     async def close(self) -> None:
         await self._writes.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.close()
         await self._session.drop()
 
     async def get(self, task_id: str) -> TaskRecord | None:
@@ -435,50 +437,21 @@ class SqlLedger(SqlDeliveries):
         """The batch's transaction: each record (new ones only where absent, others only where not ended), then for the
         records written their task rows, claim events, event-log rows and push configs added, every new message, and
         the push outbox's row changes; `results` gets each refused save's refusal and each change's outcome. On SQLite
-        in one trip to the connection's thread, commit included (`ledger_batch.SqliteBatch`)."""
+        in one trip to the connection's thread, commit included (`ledger_batch.SqliteBatch`); on PostgreSQL through
+        asyncpg directly, each statement's rows in one trip (`pg_batch.PgBatch`)."""
         if self._sqlite is not None:
             async with self.engine.connect() as conn:
                 await self._sqlite.run(conn, saves, remembered, results, changes)
             return
-        async with self.engine.begin() as conn:
-            if remembered:
-                await self._remember_all(conn, remembered, results)
-            written: set[tuple[str, bool]] = set()
-            for new in (True, False):
-                rows = record_rows((save for _, save in saves), new)
-                if rows:
-                    result = await conn.execute(record_statement(self.engine.dialect.name, new), rows)
-                    written |= {(task_id, new) for task_id in result.scalars().all()}
-            after = followers(saves, written, results)
-            for table, tasks in after.tasks.items():
-                await conn.execute(upsert_statement(self.engine.dialect.name, table), list(tasks.values()))
-            if after.events:
-                await conn.execute(insert(claim_events_table), after.events)
-            if after.logged:
-                await conn.execute(upsert_statement(self.engine.dialect.name, events_table), after.logged)
-            if after.deliveries:
-                await conn.execute(added_delivery_statement(self.engine.dialect.name), after.deliveries)
-            for table, rows in after.configs.items():
-                await conn.execute(upsert_statement(self.engine.dialect.name, table), rows)
-            for index, change in changes:
-                results[index] = (await conn.execute(change_statement(change))).rowcount == 1
-            changed = [f"t:{task_id}" for task_id in sorted({task_id for task_id, _ in written})]
-            await self._notify(conn, changed + event_notices(after.logged))
-
-    async def _remember_all(
-        self, conn: AsyncConnection, remembered: list[tuple[int, Remember]], results: list[Outcome]
-    ) -> None:
-        """Insert the messages not sent before; the others get what their first send stored."""
-        table = messages_table
-        keys = [write.key for _, write in remembered]
-        query = select(table).where(tuple_(table.c.agent, table.c.owner, table.c.message_id).in_(keys))
-        known = {
-            (row.agent, row.owner, row.message_id): SentMessage(row.fingerprint, row.task_id, row.reply, row.session)
-            for row in (await conn.execute(query)).all()
-        }
-        fresh = fresh_messages(remembered, known, results)
-        if fresh:
-            await conn.execute(insert(table), fresh)
+        assert self._pg is not None
+        conn, self._writer = self._writer or await self.engine.connect(), None
+        try:
+            await self._pg.run(conn, saves, remembered, results, changes)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a lost connection may fail to close; the pool drops it either way
+                await conn.close()
+            raise
+        self._writer = conn
 
     async def _write_one(self, write: Write) -> Outcome:
         """A write alone; a message another replica inserted first is answered from its row."""

@@ -187,7 +187,7 @@ class Stores:
             kwargs: dict[str, Any] = {
                 "async_creator": sqlite_connector(config.url, {"timeout": 30}), "pool_size": 1, "max_overflow": 0,
                 "pool_reset_on_return": None, "json_serializer": column_json,
-            } if sqlite else dict(PG_POOL)
+            } if sqlite else {**PG_POOL, "json_serializer": column_json}
             self.engine = self.reader = create_async_engine(config.url, **kwargs)
             if not sqlite:
                 self.reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")

@@ -1,0 +1,125 @@
+"""The ledger's group commit on PostgreSQL (`pg_batch.PgBatch`): the whole batch goes to asyncpg, none of it through
+SQLAlchemy's execution; its fence holds (a fenced save of the batch writes nothing and is not announced, the others
+are written and announced at commit); a message sent before answers its first send; a batch the database refuses is
+rolled back and raised as SQLAlchemy raises it, each save then written alone."""
+
+import asyncio
+import dataclasses
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+from a2a.types import TaskState
+from sqlalchemy import event, text
+from sqlalchemy.exc import IntegrityError
+
+from a2a_bridge.core.auth import owner_context
+from a2a_bridge.store.ledger import Fenced, SentMessage
+from a2a_bridge.store.pg_session import CHANNEL
+from tests.store.test_ledger_contract import OWNER, opened, record, task
+
+BATCH = 8
+"""Saves of one batch."""
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    if not os.environ.get("A2A_BRIDGE_PG_URL") and os.environ.get("CI") != "true":
+        pytest.skip("no PostgreSQL: run `export A2A_BRIDGE_PG_URL=$(bash .ci/postgres)`")
+    yield request.getfixturevalue("pg_database")
+
+
+async def fenced_batch(url: str) -> tuple[list[object], list[str], int, set[str], list[str]]:
+    """BATCH new tasks, then one batch of their next saves, one of them over a stale version, and a message sent twice.
+    Returns the batch's answers, the payloads heard, SQLAlchemy's statements during the batch, the tasks whose
+    event log the batch wrote, and the fenced task's stored state and version."""
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
+        await ledger.start_session(datetime.now(UTC))
+        ids = [str(uuid.uuid4()) for _ in range(BATCH)]
+        await asyncio.gather(*(
+            ledger.save(store, task(i, TaskState.TASK_STATE_WORKING), owner, record(i, "claimed", 1), [], new=True)
+            for i in ids
+        ))
+        sent = SentMessage("f", ids[0], None, 1)
+        assert await ledger.remember("agent", OWNER, "m-1", sent) is None
+        listener = await asyncpg.connect(url)
+        heard: list[str] = []
+        await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+        statements: list[str] = []
+
+        def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+            statements.append(statement)
+
+        engine = stores.engine
+        assert engine is not None
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+        try:
+            stale = ids[0]
+            answers = await asyncio.gather(
+                *(
+                    ledger.save(
+                        store, task(i, TaskState.TASK_STATE_COMPLETED), owner,
+                        record(i, "completed", 2, 1 if i == stale else 2), [], log=[(2, f'{{"n": "{i}"}}')],
+                    )
+                    for i in ids
+                ),
+                ledger.remember("agent", OWNER, "m-1", SentMessage("g", None, None, 2)),
+                return_exceptions=True,
+            )
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(heard) < 2 * (BATCH - 1) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        await listener.close()
+        async with engine.connect() as conn:
+            logged = {row[0] for row in (await conn.execute(text("SELECT task_id FROM bridge_events"))).all()}
+            stored = (await conn.execute(
+                text("SELECT state, version FROM bridge_tasks WHERE task_id = :id"), {"id": stale})).one()
+            status = (await conn.execute(text("SELECT status FROM tasks_agent WHERE id = :id"), {"id": stale})).scalar_one()
+        return answers, heard, len(statements), logged, [stored[0], str(stored[1]), str(status.get("state"))]
+
+
+def test_a_batch_is_written_on_asyncpg_and_its_fenced_save_writes_nothing(pg_url: str) -> None:
+    answers, heard, statements, logged, stale = asyncio.run(asyncio.wait_for(fenced_batch(pg_url), 60))
+    assert statements == 0, "the batch goes to asyncpg directly, none of it through SQLAlchemy's execution"
+    assert isinstance(answers[0], Fenced)
+    assert answers[1:BATCH] == [None] * (BATCH - 1)
+    fenced_id = answers[0].task_id  # type: ignore[union-attr]
+    assert answers[BATCH] == SentMessage("f", fenced_id, None, 1), "a message sent before answers its first send"
+    assert stale == ["working", "1", "TASK_STATE_WORKING"], "the fenced save changed neither record nor task"
+    assert fenced_id not in logged and len(logged) == BATCH - 1, "nor wrote its event log"
+    told = {payload.split(":")[1] for payload in heard}
+    assert fenced_id not in told, "nor was announced"
+    assert len([p for p in heard if p.startswith("t:")]) == BATCH - 1
+    assert len([p for p in heard if p.startswith("e:")]) == BATCH - 1
+
+
+async def refused_batch(url: str) -> tuple[BaseException | None, bool, bool]:
+    """One batch of a good save and a save whose record the database refuses (no agent: NOT NULL). Returns the
+    refused save's error and whether each task was stored."""
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
+        await ledger.start_session(datetime.now(UTC))
+        good, bad = str(uuid.uuid4()), str(uuid.uuid4())
+        broken = dataclasses.replace(record(bad, "claimed", 1), agent=None)  # type: ignore[arg-type]
+        answers = await asyncio.gather(
+            ledger.save(store, task(good, TaskState.TASK_STATE_WORKING), owner, record(good, "claimed", 1), [], new=True),
+            ledger.save(store, task(bad, TaskState.TASK_STATE_WORKING), owner, broken, [], new=True),
+            return_exceptions=True,
+        )
+        assert answers[0] is None
+        error = answers[1] if isinstance(answers[1], BaseException) else None
+        return error, await ledger.get(good) is not None, await ledger.get(bad) is not None
+
+
+def test_a_refused_batch_is_rolled_back_and_raised_as_sqlalchemy_raises_it(pg_url: str) -> None:
+    error, good, bad = asyncio.run(asyncio.wait_for(refused_batch(pg_url), 60))
+    assert isinstance(error, IntegrityError), error
+    assert good and not bad
