@@ -174,6 +174,21 @@ def test_issue_35_lines_judge_the_lowest_round_against_a2a_js_and_compare_p99() 
                  "@a2a-js/sdk's)"] is False
 
 
+def test_the_send_section_prints_its_table_and_issue_35_lines() -> None:
+    plan = run.Plan(rounds=1)
+    rates = {"stock": 900.0, "js": 2_000.0, "echo-h11": 9_000.0, "echo-fast": 20_000.0, "bridge-memory": 3_200.0,
+             "bridge-sqlite": 1_500.0}
+    listed = [server for server in run.servers() if server.key in rates]
+    results = run.Results(send={key: [synthetic_run(rate)] for key, rate in rates.items() if key in {s.key for s in listed}})
+    report = run.render_send(results, plan, listed, "python -m bench.run --only send", 0.5)
+    assert "| a2a-bridge (memory) |" in report
+    if "js" in results.send:
+        assert "- PASS: blocking SendMessage, memory: a2a-bridge 1.60× @a2a-js/sdk in the lowest round" in report
+        assert "- FAIL: blocking SendMessage, SQLite: a2a-bridge 0.75× @a2a-js/sdk in the lowest round" in report
+    else:
+        assert "- FAIL: @a2a-js/sdk not measured" in report
+
+
 def test_back_to_back_events_reach_the_client_while_the_agent_still_emits(tmp_path: Path) -> None:
     """Events an agent sends without yielding share saves, but in bounded groups: the client reads the first one
     before the agent has emitted the last (never all at the end, upstream a2aproject/a2a-python#285)."""
