@@ -412,7 +412,9 @@ class Bridge:
         app = Starlette(routes=[*routes, *mounts.values()], lifespan=self.lifespan, exception_handlers={404: unknown_path})
         agent_mounts = AgentMounts(app, mounts)
         self.direct_agents = {
-            f"/{name}{JSONRPC_PATH}": DirectAgent(mounts[name], f"/{name}", agent.direct, agent.limits, agent.gate)
+            f"/{name}{JSONRPC_PATH}": DirectAgent(
+                mounts[name], f"/{name}", agent.direct, agent.limits, agent.gate, self.agents[name].tokens
+            )
             for name, agent in layers.items()
             if agent.direct is not None and "/" not in name
         }

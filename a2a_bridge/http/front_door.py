@@ -36,13 +36,15 @@ KEPT = 64
 
 class DirectAgent(NamedTuple):
     """One agent's JSON-RPC path as the chain serves it: the agent's mount in `AgentMounts` and its prefix there,
-    its direct path and request limits, and the tokens its `BearerGate` accepts (None without a gate)."""
+    its direct path and request limits, the tokens its `BearerGate` accepts (None without a gate), and the principals
+    its limits count a caller's bearer token as (`ServedAgent.principal_name`)."""
 
     mount: Mount
     prefix: str
     rpc: DirectRpc
     limits: RequestLimits
     gate: dict[str, Principal] | None
+    tokens: dict[str, Principal]
 
 
 class Answer(NamedTuple):
@@ -81,12 +83,12 @@ class FrontDoor:
         if agent is None or scope.get("query_string") or scope.get("root_path") or steps_aside():
             await self.app(scope, receive, send)
             return
-        label = self.label(scope, agent)
-        if label is None:
+        heads = self.heads(scope, agent)
+        if heads is None:
             await self.app(scope, receive, send)
             return
         try:
-            outcome = await self.answer(scope, receive, agent, label)
+            outcome = await self.answer(scope, receive, agent, heads[0], heads[1])
         except asyncio.CancelledError:
             if not self.draining.stopping:
                 raise
@@ -101,9 +103,9 @@ class FrontDoor:
         elif outcome is not None:
             await self.app(scope, outcome, send)
 
-    def label(self, scope: Scope, agent: DirectAgent) -> bytes | None:
-        """The media type the answer is labelled with, for a request whose headers every layer lets through as they
-        are (the module's docstring); None for any other."""
+    def heads(self, scope: Scope, agent: DirectAgent) -> tuple[bytes, str | None] | None:
+        """The media type the answer is labelled with and the caller's bearer token, for a request whose headers
+        every layer lets through as they are (the module's docstring); None for any other."""
         host: bytes | None = None
         authorization: bytes | None = None
         accept: bytes | None = None
@@ -128,7 +130,8 @@ class FrontDoor:
                 return None
         if hosts > 1 or authorizations > 1 or lengths != 1 or length is None or not self.host_passes(host):
             return None
-        if agent.gate is not None and bearer_of(authorization.decode("latin-1") if authorization else "") not in agent.gate:
+        token = bearer_of(authorization.decode("latin-1") if authorization else "")
+        if agent.gate is not None and token not in agent.gate:
             return None
         try:
             size = int(length)
@@ -145,7 +148,7 @@ class FrontDoor:
             label = answer_type(scope, read).encode()
             if len(self.labels) < KEPT:
                 self.labels[key] = label
-        return label
+        return label, token
 
     def host_passes(self, host: bytes | None) -> bool:
         """Whether `RequestGuard` lets a request with this one Host value (or none) through."""
@@ -160,7 +163,9 @@ class FrontDoor:
             self.hosts.add(host)
         return True
 
-    async def answer(self, scope: Scope, receive: Receive, agent: DirectAgent, label: bytes) -> Answer | Receive | None:
+    async def answer(
+        self, scope: Scope, receive: Receive, agent: DirectAgent, label: bytes, token: str | None
+    ) -> Answer | Receive | None:
         """The direct path's answer; or, for a request the direct path or a layer in front of it would treat
         otherwise, a receive that hands the chain the body as it arrived; None when the client left while sending."""
         messages: list[Message] = []
@@ -188,7 +193,8 @@ class FrontDoor:
             return replayed(messages, receive)
         if method in SEND_METHODS:
             limits = agent.limits
-            who = limits.principal(scope)
+            principal = agent.tokens.get(token) if token else None
+            who = principal.name if principal is not None else ""
             if await limits.slots.admit(who, starts_task(parsed, True), len(body), limits.limits) is not None:
                 return replayed(messages, receive)
         scope = self.mounts.mounted(scope, agent.mount, agent.prefix)
