@@ -7,6 +7,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from a2a.server.request_handlers import RequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -37,6 +38,7 @@ from a2a_bridge.http.bridge_routes import STORE_ERRORS, BridgeEndpoints, StatusP
 from a2a_bridge.http.card_caching import card_response
 from a2a_bridge.http.direct_rpc import DirectRpc
 from a2a_bridge.http.extensions import RequiredExtensionsContextBuilder, required_extensions
+from a2a_bridge.http.front_door import DirectAgent, FrontDoor
 from a2a_bridge.http.grpc_binding import BridgeGrpcContextBuilder, GrpcAgent, GrpcServers
 from a2a_bridge.http.handler import BridgeRequestHandler
 from a2a_bridge.http.jsonrpc import BridgeJsonRpcDispatcher, jsonrpc_routes
@@ -44,6 +46,7 @@ from a2a_bridge.http.limits import RequestLimits, StreamSlots
 from a2a_bridge.http.media_type import BindingMediaTypes
 from a2a_bridge.http.request_guard import RequestGuard
 from a2a_bridge.http.rest_errors import RestErrorText
+from a2a_bridge.http.shutdown import Draining
 from a2a_bridge.http.webhook_routes import WebhookEndpoints
 from a2a_bridge.ops.console_app import Console
 from a2a_bridge.ops.console_overview import Surroundings
@@ -174,20 +177,38 @@ class ServedAgent:
         (every agent under require_auth, the approval link too); the direct path for the hot JSON-RPC methods right
         behind the limits, and the unchanged Task Status poll (304) in front of them. `public_url` is the address of
         the server (or of this agent's own port) that cards and links name."""
+        return self.layers(base_path, public_url).app
+
+    def layers(self, base_path: str, public_url: str | None = None) -> "AgentLayers":
+        """`asgi`'s app, with the layers of it that `FrontDoor` does inline."""
         builder = RequiredExtensionsContextBuilder(self.tokens, base_path, required_extensions(self.spec.card), public_url)
         dispatcher = BridgeJsonRpcDispatcher(self.handler, context_builder=builder)
         app: ASGIApp = RestErrorText(Starlette(routes=self.routes(builder, dispatcher), exception_handlers=STORE_ERRORS), REST_PATH)
+        direct = None
         if self.direct_rpc:
-            app = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH, self.host.finished.json)
-        app = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
+            app = direct = DirectRpc(app, self.handler, builder, dispatcher, JSONRPC_PATH, self.host.finished.json)
+        app = limits = RequestLimits(app, self.security.limits, self.slots, self.principal_name, JSONRPC_PATH)
         app = BindingMediaTypes(app, JSONRPC_PATH, REST_PATH)
         app = StatusPolls(app, self.host, self.principal_name)
+        gate = None
         if self.security.require_auth:
             protected = (JSONRPC_PATH, REST_PATH, TASKS_PATH, APPROVE_PATH)
             app = BearerGate(app, self.spec.name, self.tokens, protected=protected)
+            gate = self.tokens
         elif self.spec.tokens is not None:
             app = BearerGate(app, self.spec.name, self.tokens, protected=(JSONRPC_PATH, REST_PATH, TASKS_PATH))
-        return TrailingSlash(app, (JSONRPC_PATH, REST_PATH))
+            gate = self.tokens
+        return AgentLayers(TrailingSlash(app, (JSONRPC_PATH, REST_PATH)), direct, limits, gate)
+
+
+class AgentLayers(NamedTuple):
+    """An agent's app, and its layers `FrontDoor` does inline: the direct path (None when off), the request limits
+    and the tokens of its bearer gate (None without one)."""
+
+    app: ASGIApp
+    direct: DirectRpc | None
+    limits: RequestLimits
+    gate: dict[str, Principal] | None
 
 
 class Bridge:
@@ -268,6 +289,9 @@ class Bridge:
                 agent_interfaces,
             )
         self.sessions = SessionKeeper(self.ledger, [agent.host for agent in self.agents.values()], clock)
+        self.direct_agents: dict[str, DirectAgent] = {}
+        """The agents' direct paths by their JSON-RPC path, once `app` has made them (`FrontDoor`)."""
+        self.agent_mounts: AgentMounts | None = None
         self.announce: Callable[[], None] | None = None
         """Called once start-up is done, gRPC ports bound: `serve` logs its start-up banner (a2a_bridge.cli.start_banner)."""
 
@@ -383,11 +407,26 @@ class Bridge:
             Route("/metrics", metrics, methods=["GET"]),
             Mount("/console", app=console),
         ]
-        mounts = {
-            name: Mount(f"/{name}", app=agent.asgi(f"/{name}", public_url)) for name, agent in self.agents.items()
-        }
+        layers = {name: agent.layers(f"/{name}", public_url) for name, agent in self.agents.items()}
+        mounts = {name: Mount(f"/{name}", app=agent.app) for name, agent in layers.items()}
         app = Starlette(routes=[*routes, *mounts.values()], lifespan=self.lifespan, exception_handlers={404: unknown_path})
-        return RequestGuard(AgentMounts(app, mounts), self.security.allowed_hosts, public_url)
+        agent_mounts = AgentMounts(app, mounts)
+        self.direct_agents = {
+            f"/{name}{JSONRPC_PATH}": DirectAgent(
+                mounts[name], f"/{name}", agent.direct, agent.limits, agent.gate, self.agents[name].tokens
+            )
+            for name, agent in layers.items()
+            if agent.direct is not None and "/" not in name
+        }
+        self.agent_mounts = agent_mounts
+        return RequestGuard(agent_mounts, self.security.allowed_hosts, public_url)
+
+    def front(self, app: ASGIApp, draining: Draining) -> ASGIApp:
+        """`FrontDoor` in front of `app`, the chain `app()` made (`draining` in it, and anything around it), for the
+        agents' direct paths."""
+        if self.agent_mounts is None:
+            raise RuntimeError("Bridge.front comes after Bridge.app")
+        return FrontDoor(app, draining, self.agent_mounts, self.security.allowed_hosts, self.direct_agents)
 
     def kit_app(self, name: str, public_url: str | None = None) -> ASGIApp:
         """One agent at the root of its own port, as the capture kit serves it; `public_url` is that port's address."""

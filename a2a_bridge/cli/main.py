@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from a2a_bridge.agent import Agent
 from a2a_bridge.agents.catalog import AGENT_NAMES, DOCUMENTED_AGENTS, SAMPLE_AGENTS, served_agents
@@ -327,15 +328,20 @@ async def serve(args: argparse.Namespace) -> None:
     logs = observability.uvicorn_logging(args)
     group: list[BoundedServer] = []
 
-    def server(served: ASGIApp, port: int, lifespan: Literal["auto", "off"]) -> BoundedServer:
-        """One address's uvicorn server: read timeouts, and a bounded shutdown shared with the other addresses."""
+    def server(served: ASGIApp, port: int, lifespan: Literal["auto", "off"], front: bool = False) -> BoundedServer:
+        """One address's uvicorn server: read timeouts, and a bounded shutdown shared with the other addresses;
+        `front`: the bridge's `FrontDoor` outermost, in front of uvicorn's proxy headers, which it does inline."""
         draining = Draining(served)
         config = uvicorn.Config(
-            draining, host=args.host, port=port, log_level=args.log_level, lifespan=lifespan, http=protocol, **logs
+            draining, host=args.host, port=port, log_level=args.log_level, lifespan=lifespan, http=protocol,
+            interface="asgi3", **logs
         )
+        if front:
+            config.app = bridge.front(ProxyHeadersMiddleware(draining, config.forwarded_allow_ips), draining)
+            config.proxy_headers = False
         return BoundedServer(config, draining, limits.shutdown_timeout, group)
 
-    servers = [server(app, args.port, "auto")]
+    servers = [server(app, args.port, "auto", front=True)]
     if args.kit_ports:
         kit = [(name, port) for name, port in KIT_PORTS.items() if name in bridge.agents]
         servers += [server(bridge.kit_app(name, kit_url(args.host, port)), port, "off") for name, port in kit]

@@ -126,7 +126,7 @@ class DirectRpc:
             await self.app(scope, receive, send)
             return
         request_id, method, params, call = direct
-        answer = await self._answer(Request(scope, receive), request_id, method, params, call)
+        answer = await self.answer(Request(scope, receive), request_id, method, params, call)
         if isinstance(answer, bytes):
             await send({"type": "http.response.start", "status": 200, "headers": json_headers(answer)})
             await send({"type": "http.response.body", "body": answer})
@@ -143,6 +143,11 @@ class DirectRpc:
             return None
         if scope["method"] != "POST" or get_route_path(scope) != self.path or steps_aside():
             return None
+        return self.call_of(body, method)
+
+    def call_of(self, body: dict[str, Any], method: str) -> tuple[RequestId, str, ProtoMessage, Call] | None:
+        """For a POST to `path` of a body whose method is one of `methods`: its id, method, parsed params and call
+        when the direct path answers it, else None."""
         accepted, request_id = accepted_id(body)
         if not accepted:
             return None
@@ -153,7 +158,7 @@ class DirectRpc:
             return None
         return request_id, method, params, call
 
-    async def _answer(
+    async def answer(
         self, request: Request, request_id: RequestId, method: str, params: ProtoMessage, call: Call
     ) -> bytes | JSONResponse:
         """What the dispatcher's `handle_requests` returns, from the call context on: the body of its 200 JSON answer

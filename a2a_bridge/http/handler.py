@@ -23,8 +23,6 @@ from a2a.types import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
-    Part,
-    SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -32,7 +30,6 @@ from a2a.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from a2a.types.a2a_pb2 import ROLE_USER
 from a2a.utils.errors import ExtendedAgentCardNotConfiguredError, InvalidParamsError
 
 from a2a_bridge.core import errors
@@ -40,20 +37,23 @@ from a2a_bridge.core.auth import RESPONSIBLE_USER
 from a2a_bridge.core.config import Limits
 from a2a_bridge.core.history_length import with_history_length
 from a2a_bridge.core.states import is_terminal
+from a2a_bridge.http.message_checks import MAX_ID, HistoryParams, check_history_length, check_message, history_length
 from a2a_bridge.push.webhooks import WebhookPolicy
 from a2a_bridge.store.store_faults import READ_ATTEMPTS, as_request
 from a2a_bridge.tasks.delegation import responsible_user
 from a2a_bridge.tasks.idempotency import Retries
-from a2a_bridge.tasks.live_tasks import Listener, Refused, TurnEnded, TurnFailed, ends_stream, settled, status_event_for
+from a2a_bridge.tasks.live_tasks import (
+    Listener,
+    Refused,
+    TurnEnded,
+    TurnFailed,
+    blocking_answer,
+    ends_stream,
+    status_event_for,
+)
 from a2a_bridge.tasks.task_host import TaskHost
 
 
-HistoryParams = SendMessageConfiguration | GetTaskRequest | ListTasksRequest
-"""The requests that carry a historyLength."""
-MAX_ID = 255
-"""Characters of a messageId or push config id: the stores' columns hold no more."""
-MAX_CONTEXT_ID = 36
-"""Characters of a contextId a client chooses: the SDK task table's context_id column holds no more."""
 HTTP_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 """An HTTP authentication scheme name (RFC 9110 token)."""
 
@@ -80,16 +80,6 @@ def store_faults_answered(attempts: int = 1) -> Callable[[Method[P, R]], Method[
         return answer
 
     return decorate
-
-
-DEFAULT_MEDIA_TYPES = {"text": "text/plain", "data": "application/json"}
-"""The media type of a part that names none, by its content (anything else is application/octet-stream)."""
-
-
-def part_media_type(part: Part, kind: str) -> str:
-    """The media type a part of this kind of content counts as: text is text/plain and data is application/json unless
-    it says otherwise."""
-    return part.media_type or DEFAULT_MEDIA_TYPES.get(kind, "application/octet-stream")
 
 
 class BridgeRequestHandler(RequestHandler):
@@ -119,53 +109,10 @@ class BridgeRequestHandler(RequestHandler):
         """Starts a message's turn: through the retry guard unless the agent turns retries off."""
 
     def _check_message(self, params: SendMessageRequest) -> None:
-        if not params.HasField("message"):
-            raise errors.invalid_field("message", "message is required")
-        message = params.message
-        message_id = message.message_id
-        if not message_id:
-            raise errors.invalid_field("message.messageId", "messageId is required")
-        if len(message_id) > MAX_ID:
-            raise errors.invalid_field("message.messageId", f"messageId may have at most {MAX_ID} characters")
-        if len(message.context_id) > MAX_CONTEXT_ID:
-            raise errors.invalid_field("message.contextId", f"contextId may have at most {MAX_CONTEXT_ID} characters")
-        if message.role != ROLE_USER:
-            raise errors.invalid_field("message.role", "role must be ROLE_USER")
-        parts = message.parts
-        if not parts:
-            raise errors.invalid_field("message.parts", "parts must hold at least one part")
-        if len(parts) > self.limits.max_parts:
-            raise errors.invalid_field("message.parts", f"a message may hold at most {self.limits.max_parts} parts")
-        for index, part in enumerate(parts):
-            kind = part.WhichOneof("content")
-            if kind is None:
-                raise errors.invalid_field(f"message.parts[{index}]", "a part needs text, raw, url or data")
-            if kind == "text" and len(part.text.encode("utf-8", "surrogatepass")) > self.limits.max_text_bytes:
-                raise errors.invalid_field(
-                    f"message.parts[{index}].text", f"a text part may hold at most {self.limits.max_text_bytes} bytes"
-                )
-            media_type = part_media_type(part, kind)
-            if media_type not in self.input_modes:
-                raise errors.content_type_not_supported(media_type)
-        size = message.ByteSize()
-        if size > self.limits.max_message_bytes:
-            raise errors.invalid_field(
-                "message", f"a message may hold at most {self.limits.max_message_bytes} bytes (max_message_bytes), "
-                f"this one {size}",
-            )
-        configuration = params.configuration
-        wants_push = configuration.HasField("task_push_notification_config")
-        if wants_push and not self.card.capabilities.push_notifications:
-            raise errors.push_not_supported()
-        self._check_history_length(configuration, "configuration.historyLength")
+        check_message(params, self.limits, self.input_modes, self.card.capabilities.push_notifications)
 
     def _check_history_length(self, params: HistoryParams, name: str) -> None:
-        if not params.HasField("history_length"):
-            return
-        if params.history_length < 0:
-            raise errors.invalid_field(name, "historyLength must not be negative")
-        if params.history_length > self.limits.max_history:
-            raise errors.invalid_field(name, f"historyLength may be at most {self.limits.max_history}")
+        check_history_length(params, name, self.limits.max_history)
 
     def _history(self, task: Task, params: HistoryParams | None) -> Task:
         """The task with the history asked for, and never more than the history limit."""
@@ -173,9 +120,7 @@ class BridgeRequestHandler(RequestHandler):
 
     def _history_length(self, params: HistoryParams | None) -> int:
         """The most messages of history a reply holds: those asked for, and never more than the history limit."""
-        wanted = params.history_length if params is not None and params.HasField("history_length") else None
-        cap = self.limits.max_history
-        return cap if wanted is None else min(wanted, cap)
+        return history_length(params, self.limits.max_history)
 
     async def _check_webhook(self, config: TaskPushNotificationConfig, prefix: str) -> None:
         """A webhook config the bridge will deliver to: an allowed URL, and authentication and token that fit in
@@ -222,18 +167,8 @@ class BridgeRequestHandler(RequestHandler):
         listener = Listener(snapshots=True, settled_only=not immediate, history=history if history >= 0 else None)
         task_id = await self.send(params, context, listener)
         try:
-            while True:
-                item = await listener.queue.get()
-                if isinstance(item, Message):
-                    return item
-                if isinstance(item, Refused):
-                    raise item.error
-                if isinstance(item, TurnFailed):
-                    raise errors.agent_failed(item.task_id)
-                if isinstance(item, Task) and (immediate or settled(item.status.state)):
-                    return self._history(item, params.configuration)
-                if isinstance(item, TurnEnded) and item.task is not None:
-                    return self._history(item.task, params.configuration)
+            answer = await blocking_answer(listener, immediate)
+            return answer if isinstance(answer, Message) else with_history_length(answer, history)
         finally:
             self.host.unsubscribe(task_id, listener)
 

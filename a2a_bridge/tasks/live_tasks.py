@@ -287,3 +287,21 @@ def settled(state: "TaskState.ValueType") -> bool:
 
 Window = Callable[[str, int], Coroutine[Any, Any, None]]
 """Opens an operation window on a turn's claim: (stage, seconds)."""
+
+
+async def blocking_answer(listener: Listener, immediate: bool) -> Task | Message:
+    """What a blocking SendMessage answers from its listener: the agent's direct reply, the task once settled (at
+    once under `immediate`), or the task as the turn left it; raises the refusal of a turn that could not run and
+    -32603 for one whose agent raised."""
+    while True:
+        item = await listener.queue.get()
+        if isinstance(item, Message):
+            return item
+        if isinstance(item, Refused):
+            raise item.error
+        if isinstance(item, TurnFailed):
+            raise errors.agent_failed(item.task_id)
+        if isinstance(item, Task) and (immediate or settled(item.status.state)):
+            return item
+        if isinstance(item, TurnEnded) and item.task is not None:
+            return item.task
