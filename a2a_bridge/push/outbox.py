@@ -92,6 +92,21 @@ def ends_task(event: dict[str, Any]) -> bool:
     return isinstance(state, str) and is_terminal(state)
 
 
+MESSAGE, UPDATE, END = "message", "update", "end"
+"""What a logged event is to its deliveries: a message (not sent), an update, or the update that ends its task."""
+
+
+def event_kind(body: str) -> str:
+    """What a logged event (a StreamResponse's JSON) is to its deliveries; an artifact update, the one kind that
+    grows large, is known by its only member's name, unread (a StreamResponse holds one of its kinds)."""
+    if body.startswith('{"artifactUpdate":'):
+        return UPDATE
+    event = orjson.loads(body)
+    if "message" in event:
+        return MESSAGE
+    return END if ends_task(event) else UPDATE
+
+
 class Outbox:
     """One agent's push notifications: configs registered, their deliveries run from the store."""
 
@@ -386,21 +401,29 @@ class Outbox:
         self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime
     ) -> tuple[Delivery, bool]:
         """Attempt the events in order, up to the first failure or `stop`: the delivery as it stands after them, and
-        whether the task's end was delivered."""
-        settled = held
+        whether the task's end was delivered. The policy judges the config's URL once for the run."""
+        delivered = held.delivered
+        refused = await self.policy.refusal(config.url)
         for revision, body in waiting:
             if self.clock.now() >= stop:
                 break
-            event = orjson.loads(body)
-            if "message" in event:  # a message of the task's: push notifications carry its updates only
-                settled = settled._replace(delivered=revision)
+            kind = event_kind(body)
+            if kind == MESSAGE:  # a message of the task's: push notifications carry its updates only
+                delivered = revision
                 continue
-            settled = await self._attempt(settled, config, revision, body.encode())
-            if settled.delivered != revision:
-                return settled, False
-            if ends_task(event):
-                return settled, True
-        return settled, False
+            failed = await self._attempt(held, delivered, config, revision, body.encode(), refused)
+            if failed is not None:
+                return failed, False
+            delivered = revision
+            if kind == END:
+                return self._delivered(held, delivered), True
+        return self._delivered(held, delivered), False
+
+    def _delivered(self, held: Delivery, delivered: int) -> Delivery:
+        """The held delivery once delivered up to revision `delivered` (as it was when no attempt succeeded)."""
+        if delivered == held.delivered:
+            return held
+        return held._replace(delivered=delivered, attempts=0, failing_since=None, last_error=None, due_at=self.clock.now())
 
     async def _config(self, held: Delivery) -> TaskPushNotificationConfig | None:
         """The held delivery's push config (kept from its `add` on this replica, else read); its row is dropped when
@@ -414,23 +437,28 @@ class Outbox:
             await self.ledger.drop_delivery(held)
         return found
 
-    async def _attempt(self, held: Delivery, config: TaskPushNotificationConfig, revision: int, body: bytes) -> Delivery:
-        """One attempt at one event: the delivery as it stands after it."""
-        reason = await self.policy.refusal(config.url)
-        refused = reason is not None
+    async def _attempt(
+        self, held: Delivery, delivered: int, config: TaskPushNotificationConfig, revision: int, body: bytes,
+        refused: str | None,
+    ) -> Delivery | None:
+        """One attempt at one event of a delivery delivered up to `delivered` (`refused`: why the policy refuses its
+        URL): None once delivered, else the delivery as it stands after the failure."""
+        reason = refused
         if reason is None:
             headers = {"webhook-id": delivery_id(held.task_id, held.config_id, revision), "a2a-task-revision": str(revision)}
             reason = await self.poster.post(config, body, headers)
-        now = self.clock.now()
         if reason is None:
-            self.failures.delivered(held.task_id, config)
+            if self.failures.failing:
+                self.failures.delivered(held.task_id, config)
             self._observe("delivered")
-            return held._replace(delivered=revision, attempts=0, failing_since=None, last_error=None, due_at=now)
+            return None
+        now = self.clock.now()
+        held = self._delivered(held, delivered)
         self.failures.failed(held.task_id, config, reason)
         attempts = held.attempts + 1
         since = held.failing_since or now
-        dead = refused or (now - since).total_seconds() >= self.schedule.give_up
-        self._observe("refused" if refused else "failed")
+        dead = refused is not None or (now - since).total_seconds() >= self.schedule.give_up
+        self._observe("refused" if refused is not None else "failed")
         if dead:
             log.warning(
                 "webhook %s of task %s given up at revision %s after %d attempts: %s (a dead letter: an operator can "
