@@ -8,6 +8,7 @@ import asyncio
 import collections
 import hashlib
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -20,9 +21,10 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabasePushNotificationConfigStore, PushNotificationConfigStore
 from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.types import TaskPushNotificationConfig
+from sqlalchemy import Table
 
 from a2a_bridge.core.clock import Clock
-from a2a_bridge.core.states import is_terminal
+from a2a_bridge.push.logged_events import END, MESSAGE, event_kind
 from a2a_bridge.push.webhook_wire import WebhookPoster
 from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
 from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
@@ -77,7 +79,7 @@ def config_row(
     proto_json and orjson where the store neither encrypts nor converts and the table has the SDK's columns."""
     table = store.config_model.__table__
     plain = store._fernet is None and store.core_to_model_conversion is None
-    if not plain or set(table.columns.keys()) != PLAIN_CONFIG_COLUMNS:
+    if not plain or not sdk_columns(table):
         model = store._to_orm(config.task_id, config, owner)
         return {column.key: getattr(model, column.key) for column in table.columns}
     return {
@@ -86,25 +88,10 @@ def config_row(
     }
 
 
-def ends_task(event: dict[str, Any]) -> bool:
-    """Whether a logged event (a StreamResponse) is its task's terminal status."""
-    state = event.get("statusUpdate", {}).get("status", {}).get("state")
-    return isinstance(state, str) and is_terminal(state)
-
-
-MESSAGE, UPDATE, END = "message", "update", "end"
-"""What a logged event is to its deliveries: a message (not sent), an update, or the update that ends its task."""
-
-
-def event_kind(body: str) -> str:
-    """What a logged event (a StreamResponse's JSON) is to its deliveries; an artifact update, the one kind that
-    grows large, is known by its only member's name, unread (a StreamResponse holds one of its kinds)."""
-    if body.startswith('{"artifactUpdate":'):
-        return UPDATE
-    event = orjson.loads(body)
-    if "message" in event:
-        return MESSAGE
-    return END if ends_task(event) else UPDATE
+@functools.lru_cache(maxsize=16)
+def sdk_columns(table: Table) -> bool:
+    """Whether a push config table has the SDK's columns, no more and no fewer."""
+    return set(table.columns.keys()) == PLAIN_CONFIG_COLUMNS
 
 
 class Outbox:
