@@ -8,27 +8,23 @@ import asyncio
 import collections
 import hashlib
 import contextlib
-import functools
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabasePushNotificationConfigStore, PushNotificationConfigStore
 from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.types import TaskPushNotificationConfig
-from sqlalchemy import Table
 
 from a2a_bridge.core.clock import Clock
+from a2a_bridge.push.config_rows import config_row
 from a2a_bridge.push.logged_events import END, MESSAGE, event_kind
 from a2a_bridge.push.webhook_wire import WebhookPoster
 from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
 from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
-from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
@@ -67,31 +63,6 @@ def delivery_id(task_id: str, config_id: str, revision: int) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80
     text = digest.hex()
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-
-
-PLAIN_CONFIG_COLUMNS = frozenset({"task_id", "config_id", "owner", "config_data", "protocol_version"})
-
-
-def config_row(
-    store: DatabasePushNotificationConfigStore, config: TaskPushNotificationConfig, owner: str
-) -> dict[str, Any]:
-    """The push config table's row of a config as the SDK's store writes it (`_to_orm`): its JSON, written by
-    proto_json and orjson where the store neither encrypts nor converts and the table has the SDK's columns."""
-    table = store.config_model.__table__
-    plain = store._fernet is None and store.core_to_model_conversion is None
-    if not plain or not sdk_columns(table):
-        model = store._to_orm(config.task_id, config, owner)
-        return {column.key: getattr(model, column.key) for column in table.columns}
-    return {
-        "task_id": config.task_id, "config_id": config.id, "owner": owner,
-        "config_data": orjson.dumps(to_dict(config)), "protocol_version": "1.0",
-    }
-
-
-@functools.lru_cache(maxsize=16)
-def sdk_columns(table: Table) -> bool:
-    """Whether a push config table has the SDK's columns, no more and no fewer."""
-    return set(table.columns.keys()) == PLAIN_CONFIG_COLUMNS
 
 
 class Outbox:
@@ -139,6 +110,13 @@ class Outbox:
         """Tasks whose events were stored since the last round."""
         self._polled = 0.0
         """When the store's due deliveries were last read (the event loop's time)."""
+        self._rows: set[tuple[str, str]] = set()
+        """Deliveries whose row may be in the store: read at `start`, added here, not yet dropped here."""
+        self._new: set[tuple[str, str]] = set()
+        """Deliveries attached with no row in the store (`_fresh`), their rows not yet saved."""
+        self._sure: set[tuple[str, str]] = set()
+        """Deliveries whose row this process wrote last, on a store no other process writes (not `shared`): their runs
+        take no hold in the store (`_deliver`)."""
         self._events: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}
         """Per task with deliveries known here, the events this replica logged of revisions (start, end], all of them
         (`saved`): what a delivery started by its task's save reads instead of the store."""
@@ -154,9 +132,10 @@ class Outbox:
         self.logged.add(config.task_id)
         self._configs[(config.task_id, config.id)] = config
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        fresh = self._fresh(delivery)
         await self.ledger.add_delivery(delivery)
         await self.push_store.set_info(config.task_id, config, context)
-        self._know(delivery)
+        self._know(delivery, fresh)
 
     async def attach(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
         """Add a push config to its task with the task's next save (`taken`), its outbox row and config row in the
@@ -174,7 +153,17 @@ class Outbox:
         table = store.config_model.__table__
         row = config_row(store, saved, store.owner_resolver(context))
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        if self._fresh(delivery):
+            self._new.add((config.task_id, config.id))
         self._attached.setdefault(config.task_id, []).append(PushAdded(delivery, table, row))
+
+    def _fresh(self, delivery: Delivery) -> bool:
+        """Whether the row about to be added for a delivery is surely written as it is (no row of its task and config
+        can be in the store, which no other process writes); it may be in the store from then on."""
+        key = (delivery.task_id, delivery.config_id)
+        fresh = not self.ledger.shared and key not in self._rows
+        self._rows.add(key)
+        return fresh
 
     def taken(self, task_id: str) -> list[PushAdded]:
         """The push configs attached to a task since its last save, for the save about to be written (`restore` them
@@ -186,7 +175,9 @@ class Outbox:
         attached, and the events it logged (revisions `before` to `after`, every one of them) are kept for the task's
         deliveries known here (a save this replica did not see breaks the run: the next starts over)."""
         for added in pushed:
-            self._know(added.delivery)
+            key = (added.delivery.task_id, added.delivery.config_id)
+            self._know(added.delivery, key in self._new)
+            self._new.discard(key)
         if task_id not in self._known and not self._runs[task_id]:
             return
         kept = self._events.get(task_id)
@@ -215,6 +206,7 @@ class Outbox:
         `created` False, when the task's events need no logging either)."""
         for added in self._attached.pop(task_id, []):
             self._configs.pop((task_id, added.delivery.config_id), None)
+            self._new.discard((task_id, added.delivery.config_id))
         if not created:
             self.logged.discard(task_id)
 
@@ -230,8 +222,10 @@ class Outbox:
     async def start(self, session: int) -> None:
         """Deliver as `session`, from what the store holds (tasks of other sessions' deliveries too)."""
         self.session = session
-        for delivery in await self.ledger.deliveries(self.agent, dead=False):
-            self.logged.add(delivery.task_id)
+        for delivery in await self.ledger.deliveries(self.agent):
+            self._rows.add((delivery.task_id, delivery.config_id))
+            if not delivery.dead:
+                self.logged.add(delivery.task_id)
         if self._loop is None:
             self._loop = asyncio.ensure_future(self._run())
 
@@ -309,8 +303,14 @@ class Outbox:
         job.add_done_callback(lambda _, key=key: self._ran(key))
         return True
 
-    def _know(self, delivery: Delivery) -> None:
-        """Note a row as this replica wrote it, when it is to be delivered at once (not failing, not given up)."""
+    def _know(self, delivery: Delivery, sure: bool = False) -> None:
+        """Note a row as this replica wrote it, when it is to be delivered at once (not failing, not given up);
+        `sure`: the row is surely as written (`_sure`)."""
+        key = (delivery.task_id, delivery.config_id)
+        if sure:
+            self._sure.add(key)
+        else:
+            self._sure.discard(key)
         if delivery.attempts or delivery.dead:
             self._forget(delivery)
             return
@@ -355,9 +355,14 @@ class Outbox:
             while True:
                 self._stored.discard(delivery.task_id)
                 until = self.clock.now() + HOLD
-                if not await self.ledger.hold_delivery(delivery, self.session, until):
+                key = (delivery.task_id, delivery.config_id)
+                if not from_store and key in self._sure and delivery.holder is None:
+                    held = delivery  # the row is as this process wrote it, and no other process writes it
+                elif await self.ledger.hold_delivery(delivery, self.session, until):
+                    held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
+                else:
+                    self._sure.discard(key)
                     return
-                held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
                 config = config or await self._config(held)
                 if config is None:
                     return
@@ -367,15 +372,24 @@ class Outbox:
                 settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
                 if ended:
                     if await self.ledger.drop_delivery(held):
-                        self._configs.pop((held.task_id, held.config_id), None)
+                        self._configs.pop(key, None)
+                        self._rows.discard(key)
+                    self._sure.discard(key)
                     return
-                if not await self.ledger.settle_delivery(held, settled) or settled.attempts or settled.dead:
+                if not await self.ledger.settle_delivery(held, settled):
+                    self._sure.discard(key)
                     return
                 delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
+                sure = not self.ledger.shared  # the row is as settled
+                if settled.attempts or settled.dead:
+                    self._know(delivery, sure)
+                    return
                 read_all = not waiting or settled.delivered == waiting[-1][0]
                 if read_all and delivery.task_id not in self._stored:
-                    self._know(delivery)
+                    self._know(delivery, sure)
                     return
+                if sure:
+                    self._sure.add(key)
         except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
             if not transient(error):
                 log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)

@@ -35,7 +35,8 @@ from a2a_bridge.core.clock import SystemClock
 from a2a_bridge.core.config import SecurityConfig, parse_network
 
 from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logged_body
-from a2a_bridge.push.outbox import IDS, config_row, delivery_id
+from a2a_bridge.push.config_rows import config_row
+from a2a_bridge.push.outbox import IDS, delivery_id
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A
 
@@ -97,8 +98,9 @@ def test_each_event_is_logged_as_its_stream_responses_json_and_known_by_its_kind
 
 def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_its_own(tmp_path: Path) -> None:
     """On SQLite a SendMessage's push config is written with its task (no `add_delivery`, no SDK `set_info`), and its
-    deliveries start from the rows and events this process wrote (no read of the event log), every event arriving in
-    order with the config readable afterwards."""
+    deliveries start from the rows and events this process wrote (no read of the event log, and no hold in the store:
+    one process writes the file, and this one wrote the row), every event arriving in order with the config readable
+    afterwards."""
 
     async def check() -> None:
         stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'bridge.db'}"))
@@ -107,7 +109,8 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
         calls: list[str] = []
         ledger, host = bridge.ledger, bridge.agents["test-runner"].host
         assert host.push is not None and host.push_store is not None
-        for owner, name in ((ledger, "add_delivery"), (ledger, "events_after"), (host.push_store, "set_info")):
+        counted_calls = ((ledger, "add_delivery"), (ledger, "events_after"), (ledger, "hold_delivery"), (host.push_store, "set_info"))
+        for owner, name in counted_calls:
             counted(owner, name, calls)
         app = bridge.app()
         with WebhookReceiver() as receiver:
