@@ -7,7 +7,6 @@ replica's death loses nothing: any live replica goes on where the last delivery 
 import asyncio
 import collections
 import hashlib
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -101,6 +100,7 @@ class Outbox:
         self._configs: dict[tuple[str, str], TaskPushNotificationConfig] = {}
         """The push configs added on this replica whose deliveries are not done with (read from the store otherwise)."""
         self._loop: asyncio.Future[None] | None = None
+        self._ticker: asyncio.TimerHandle | None = None
         self._attached: dict[str, list[PushAdded]] = {}
         """Push configs attached to tasks whose next save writes them (`attach`)."""
         self._known: dict[str, dict[str, Delivery]] = {}
@@ -228,6 +228,7 @@ class Outbox:
                 self.logged.add(delivery.task_id)
         if self._loop is None:
             self._loop = asyncio.ensure_future(self._run())
+            self._ticker = asyncio.get_running_loop().call_later(POLL, self._tick)
 
     async def stop(self, grace: float) -> None:
         """Stop delivering: attempts under way get `grace` seconds, then are abandoned (their holds run out and any
@@ -235,6 +236,8 @@ class Outbox:
         jobs = [job for job in (self._loop, *self._running.values()) if job is not None]
         if self._loop is not None:
             self._loop.cancel()
+        if self._ticker is not None:
+            self._ticker.cancel()
         if jobs:
             _, late = await asyncio.wait(jobs, timeout=grace)
             for job in late:
@@ -265,8 +268,12 @@ class Outbox:
                     log.exception("the push outbox of agent %s failed; trying again", self.agent)
                 else:
                     OUTAGE.failed(error)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL)
+            await self._wake.wait()
+
+    def _tick(self) -> None:
+        """Wake the outbox every POLL seconds (one timer, where a wait with a timeout made a task and a timer a round)."""
+        self._wake.set()
+        self._ticker = asyncio.get_running_loop().call_later(POLL, self._tick)
 
     async def _round(self) -> None:
         """Start the deliveries of the tasks just stored that this replica knows the rows of; and, every POLL seconds
