@@ -293,6 +293,8 @@ class Outbox:
         now = self.clock.now()
         for delivery in await self.ledger.due_deliveries(self.agent, now, BATCH):
             key = (delivery.task_id, delivery.config_id)
+            if delivery.task_id in self._woken and delivery.config_id in self._known.get(delivery.task_id, ()):
+                continue  # stored while the store was read: the next round starts it from what this process wrote
             if key not in self._running and len(self._running) < BATCH and await self._free(delivery, now):
                 self._start(delivery, from_store=True)
 
@@ -408,8 +410,8 @@ class Outbox:
     async def _run_events(
         self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime
     ) -> tuple[Delivery, bool]:
-        """Attempt the events in order, up to the first failure or `stop`: the delivery as it stands after them, and
-        whether the task's end was delivered. The policy judges the config's URL once for the run."""
+        """Attempt the events in order, up to the first failure or `stop`: the delivery as it stands after them (as
+        held once the task's end was delivered), and whether the task's end was delivered. The policy judges the config's URL once for the run."""
         delivered = held.delivered
         refused = await self.policy.refusal(config.url)
         for revision, body in waiting:
@@ -424,7 +426,7 @@ class Outbox:
                 return failed, False
             delivered = revision
             if kind == END:
-                return self._delivered(held, delivered), True
+                return held, True  # the row is dropped as held: what it became is not stored
         return self._delivered(held, delivered), False
 
     def _delivered(self, held: Delivery, delivered: int) -> Delivery:
