@@ -7,26 +7,23 @@ replica's death loses nothing: any live replica goes on where the last delivery 
 import asyncio
 import collections
 import hashlib
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-import orjson
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabasePushNotificationConfigStore, PushNotificationConfigStore
 from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.clock import Clock
-from a2a_bridge.core.states import is_terminal
+from a2a_bridge.push.config_rows import config_row
+from a2a_bridge.push.logged_events import END, MESSAGE, event_kind
 from a2a_bridge.push.webhook_wire import WebhookPoster
 from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
 from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
-from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
@@ -67,31 +64,6 @@ def delivery_id(task_id: str, config_id: str, revision: int) -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
-PLAIN_CONFIG_COLUMNS = frozenset({"task_id", "config_id", "owner", "config_data", "protocol_version"})
-
-
-def config_row(
-    store: DatabasePushNotificationConfigStore, config: TaskPushNotificationConfig, owner: str
-) -> dict[str, Any]:
-    """The push config table's row of a config as the SDK's store writes it (`_to_orm`): its JSON, written by
-    proto_json and orjson where the store neither encrypts nor converts and the table has the SDK's columns."""
-    table = store.config_model.__table__
-    plain = store._fernet is None and store.core_to_model_conversion is None
-    if not plain or set(table.columns.keys()) != PLAIN_CONFIG_COLUMNS:
-        model = store._to_orm(config.task_id, config, owner)
-        return {column.key: getattr(model, column.key) for column in table.columns}
-    return {
-        "task_id": config.task_id, "config_id": config.id, "owner": owner,
-        "config_data": orjson.dumps(to_dict(config)), "protocol_version": "1.0",
-    }
-
-
-def ends_task(event: dict[str, Any]) -> bool:
-    """Whether a logged event (a StreamResponse) is its task's terminal status."""
-    state = event.get("statusUpdate", {}).get("status", {}).get("state")
-    return isinstance(state, str) and is_terminal(state)
-
-
 class Outbox:
     """One agent's push notifications: configs registered, their deliveries run from the store."""
 
@@ -128,6 +100,7 @@ class Outbox:
         self._configs: dict[tuple[str, str], TaskPushNotificationConfig] = {}
         """The push configs added on this replica whose deliveries are not done with (read from the store otherwise)."""
         self._loop: asyncio.Future[None] | None = None
+        self._ticker: asyncio.TimerHandle | None = None
         self._attached: dict[str, list[PushAdded]] = {}
         """Push configs attached to tasks whose next save writes them (`attach`)."""
         self._known: dict[str, dict[str, Delivery]] = {}
@@ -137,6 +110,13 @@ class Outbox:
         """Tasks whose events were stored since the last round."""
         self._polled = 0.0
         """When the store's due deliveries were last read (the event loop's time)."""
+        self._rows: set[tuple[str, str]] = set()
+        """Deliveries whose row may be in the store: read at `start`, added here, not yet dropped here."""
+        self._new: set[tuple[str, str]] = set()
+        """Deliveries attached with no row in the store (`_fresh`), their rows not yet saved."""
+        self._sure: set[tuple[str, str]] = set()
+        """Deliveries whose row this process wrote last, on a store no other process writes (not `shared`): their runs
+        take no hold in the store (`_deliver`)."""
         self._events: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}
         """Per task with deliveries known here, the events this replica logged of revisions (start, end], all of them
         (`saved`): what a delivery started by its task's save reads instead of the store."""
@@ -152,9 +132,10 @@ class Outbox:
         self.logged.add(config.task_id)
         self._configs[(config.task_id, config.id)] = config
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        fresh = self._fresh(delivery)
         await self.ledger.add_delivery(delivery)
         await self.push_store.set_info(config.task_id, config, context)
-        self._know(delivery)
+        self._know(delivery, fresh)
 
     async def attach(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
         """Add a push config to its task with the task's next save (`taken`), its outbox row and config row in the
@@ -172,7 +153,17 @@ class Outbox:
         table = store.config_model.__table__
         row = config_row(store, saved, store.owner_resolver(context))
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
+        if self._fresh(delivery):
+            self._new.add((config.task_id, config.id))
         self._attached.setdefault(config.task_id, []).append(PushAdded(delivery, table, row))
+
+    def _fresh(self, delivery: Delivery) -> bool:
+        """Whether the row about to be added for a delivery is surely written as it is (no row of its task and config
+        can be in the store, which no other process writes); it may be in the store from then on."""
+        key = (delivery.task_id, delivery.config_id)
+        fresh = not self.ledger.shared and key not in self._rows
+        self._rows.add(key)
+        return fresh
 
     def taken(self, task_id: str) -> list[PushAdded]:
         """The push configs attached to a task since its last save, for the save about to be written (`restore` them
@@ -184,7 +175,9 @@ class Outbox:
         attached, and the events it logged (revisions `before` to `after`, every one of them) are kept for the task's
         deliveries known here (a save this replica did not see breaks the run: the next starts over)."""
         for added in pushed:
-            self._know(added.delivery)
+            key = (added.delivery.task_id, added.delivery.config_id)
+            self._know(added.delivery, key in self._new)
+            self._new.discard(key)
         if task_id not in self._known and not self._runs[task_id]:
             return
         kept = self._events.get(task_id)
@@ -213,6 +206,7 @@ class Outbox:
         `created` False, when the task's events need no logging either)."""
         for added in self._attached.pop(task_id, []):
             self._configs.pop((task_id, added.delivery.config_id), None)
+            self._new.discard((task_id, added.delivery.config_id))
         if not created:
             self.logged.discard(task_id)
 
@@ -228,10 +222,13 @@ class Outbox:
     async def start(self, session: int) -> None:
         """Deliver as `session`, from what the store holds (tasks of other sessions' deliveries too)."""
         self.session = session
-        for delivery in await self.ledger.deliveries(self.agent, dead=False):
-            self.logged.add(delivery.task_id)
+        for delivery in await self.ledger.deliveries(self.agent):
+            self._rows.add((delivery.task_id, delivery.config_id))
+            if not delivery.dead:
+                self.logged.add(delivery.task_id)
         if self._loop is None:
             self._loop = asyncio.ensure_future(self._run())
+            self._ticker = asyncio.get_running_loop().call_later(POLL, self._tick)
 
     async def stop(self, grace: float) -> None:
         """Stop delivering: attempts under way get `grace` seconds, then are abandoned (their holds run out and any
@@ -239,6 +236,8 @@ class Outbox:
         jobs = [job for job in (self._loop, *self._running.values()) if job is not None]
         if self._loop is not None:
             self._loop.cancel()
+        if self._ticker is not None:
+            self._ticker.cancel()
         if jobs:
             _, late = await asyncio.wait(jobs, timeout=grace)
             for job in late:
@@ -269,8 +268,12 @@ class Outbox:
                     log.exception("the push outbox of agent %s failed; trying again", self.agent)
                 else:
                     OUTAGE.failed(error)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL)
+            await self._wake.wait()
+
+    def _tick(self) -> None:
+        """Wake the outbox every POLL seconds (one timer, where a wait with a timeout made a task and a timer a round)."""
+        self._wake.set()
+        self._ticker = asyncio.get_running_loop().call_later(POLL, self._tick)
 
     async def _round(self) -> None:
         """Start the deliveries of the tasks just stored that this replica knows the rows of; and, every POLL seconds
@@ -290,6 +293,8 @@ class Outbox:
         now = self.clock.now()
         for delivery in await self.ledger.due_deliveries(self.agent, now, BATCH):
             key = (delivery.task_id, delivery.config_id)
+            if delivery.task_id in self._woken and delivery.config_id in self._known.get(delivery.task_id, ()):
+                continue  # stored while the store was read: the next round starts it from what this process wrote
             if key not in self._running and len(self._running) < BATCH and await self._free(delivery, now):
                 self._start(delivery, from_store=True)
 
@@ -307,8 +312,14 @@ class Outbox:
         job.add_done_callback(lambda _, key=key: self._ran(key))
         return True
 
-    def _know(self, delivery: Delivery) -> None:
-        """Note a row as this replica wrote it, when it is to be delivered at once (not failing, not given up)."""
+    def _know(self, delivery: Delivery, sure: bool = False) -> None:
+        """Note a row as this replica wrote it, when it is to be delivered at once (not failing, not given up);
+        `sure`: the row is surely as written (`_sure`)."""
+        key = (delivery.task_id, delivery.config_id)
+        if sure:
+            self._sure.add(key)
+        else:
+            self._sure.discard(key)
         if delivery.attempts or delivery.dead:
             self._forget(delivery)
             return
@@ -353,9 +364,14 @@ class Outbox:
             while True:
                 self._stored.discard(delivery.task_id)
                 until = self.clock.now() + HOLD
-                if not await self.ledger.hold_delivery(delivery, self.session, until):
+                key = (delivery.task_id, delivery.config_id)
+                if not from_store and key in self._sure and delivery.holder is None:
+                    held = delivery  # the row is as this process wrote it, and no other process writes it
+                elif await self.ledger.hold_delivery(delivery, self.session, until):
+                    held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
+                else:
+                    self._sure.discard(key)
                     return
-                held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
                 config = config or await self._config(held)
                 if config is None:
                     return
@@ -365,15 +381,24 @@ class Outbox:
                 settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
                 if ended:
                     if await self.ledger.drop_delivery(held):
-                        self._configs.pop((held.task_id, held.config_id), None)
+                        self._configs.pop(key, None)
+                        self._rows.discard(key)
+                    self._sure.discard(key)
                     return
-                if not await self.ledger.settle_delivery(held, settled) or settled.attempts or settled.dead:
+                if not await self.ledger.settle_delivery(held, settled):
+                    self._sure.discard(key)
                     return
                 delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
+                sure = not self.ledger.shared  # the row is as settled
+                if settled.attempts or settled.dead:
+                    self._know(delivery, sure)
+                    return
                 read_all = not waiting or settled.delivered == waiting[-1][0]
                 if read_all and delivery.task_id not in self._stored:
-                    self._know(delivery)
+                    self._know(delivery, sure)
                     return
+                if sure:
+                    self._sure.add(key)
         except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
             if not transient(error):
                 log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)
@@ -385,22 +410,30 @@ class Outbox:
     async def _run_events(
         self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime
     ) -> tuple[Delivery, bool]:
-        """Attempt the events in order, up to the first failure or `stop`: the delivery as it stands after them, and
-        whether the task's end was delivered."""
-        settled = held
+        """Attempt the events in order, up to the first failure or `stop`: the delivery as it stands after them (as
+        held once the task's end was delivered), and whether the task's end was delivered. The policy judges the config's URL once for the run."""
+        delivered = held.delivered
+        refused = await self.policy.refusal(config.url)
         for revision, body in waiting:
             if self.clock.now() >= stop:
                 break
-            event = orjson.loads(body)
-            if "message" in event:  # a message of the task's: push notifications carry its updates only
-                settled = settled._replace(delivered=revision)
+            kind = event_kind(body)
+            if kind == MESSAGE:  # a message of the task's: push notifications carry its updates only
+                delivered = revision
                 continue
-            settled = await self._attempt(settled, config, revision, body.encode())
-            if settled.delivered != revision:
-                return settled, False
-            if ends_task(event):
-                return settled, True
-        return settled, False
+            failed = await self._attempt(held, delivered, config, revision, body.encode(), refused)
+            if failed is not None:
+                return failed, False
+            delivered = revision
+            if kind == END:
+                return held, True  # the row is dropped as held: what it became is not stored
+        return self._delivered(held, delivered), False
+
+    def _delivered(self, held: Delivery, delivered: int) -> Delivery:
+        """The held delivery once delivered up to revision `delivered` (as it was when no attempt succeeded)."""
+        if delivered == held.delivered:
+            return held
+        return held._replace(delivered=delivered, attempts=0, failing_since=None, last_error=None, due_at=self.clock.now())
 
     async def _config(self, held: Delivery) -> TaskPushNotificationConfig | None:
         """The held delivery's push config (kept from its `add` on this replica, else read); its row is dropped when
@@ -414,23 +447,28 @@ class Outbox:
             await self.ledger.drop_delivery(held)
         return found
 
-    async def _attempt(self, held: Delivery, config: TaskPushNotificationConfig, revision: int, body: bytes) -> Delivery:
-        """One attempt at one event: the delivery as it stands after it."""
-        reason = await self.policy.refusal(config.url)
-        refused = reason is not None
+    async def _attempt(
+        self, held: Delivery, delivered: int, config: TaskPushNotificationConfig, revision: int, body: bytes,
+        refused: str | None,
+    ) -> Delivery | None:
+        """One attempt at one event of a delivery delivered up to `delivered` (`refused`: why the policy refuses its
+        URL): None once delivered, else the delivery as it stands after the failure."""
+        reason = refused
         if reason is None:
             headers = {"webhook-id": delivery_id(held.task_id, held.config_id, revision), "a2a-task-revision": str(revision)}
             reason = await self.poster.post(config, body, headers)
-        now = self.clock.now()
         if reason is None:
-            self.failures.delivered(held.task_id, config)
+            if self.failures.failing:
+                self.failures.delivered(held.task_id, config)
             self._observe("delivered")
-            return held._replace(delivered=revision, attempts=0, failing_since=None, last_error=None, due_at=now)
+            return None
+        now = self.clock.now()
+        held = self._delivered(held, delivered)
         self.failures.failed(held.task_id, config, reason)
         attempts = held.attempts + 1
         since = held.failing_since or now
-        dead = refused or (now - since).total_seconds() >= self.schedule.give_up
-        self._observe("refused" if refused else "failed")
+        dead = refused is not None or (now - since).total_seconds() >= self.schedule.give_up
+        self._observe("refused" if refused is not None else "failed")
         if dead:
             log.warning(
                 "webhook %s of task %s given up at revision %s after %d attempts: %s (a dead letter: an operator can "

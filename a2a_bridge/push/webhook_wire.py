@@ -5,6 +5,7 @@ POST written as bytes, and of the answer its status line and a bounded head; a b
 whole (else the connection is closed unread), never decompressed; and the poster of one notification over them."""
 
 import asyncio
+import contextlib
 import functools
 import ssl
 import time
@@ -25,6 +26,9 @@ IDLE_PER_ORIGIN = 64
 """Idle keep-alive connections kept per receiver origin; more are closed."""
 IDLE_SECONDS = 30.0
 """A connection idle longer is closed rather than used again."""
+SWEEPS = 10
+"""How often per timeout the posts under way are checked for their deadline: a post times out at most a tenth of the
+timeout late."""
 PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 """Characters of a URL's path and query sent as they are; others are percent-encoded."""
 
@@ -59,6 +63,10 @@ class Connection:
     def __init__(self, streams: Streams) -> None:
         self.reader, self.writer = streams
         self.idle_since = time.monotonic()
+        self.deadline = 0.0
+        """When the post under way on it times out (the event loop's time)."""
+        self.expired = False
+        """Whether a post on it timed out (`WebhookConnections._sweep` aborted it)."""
 
     def usable(self) -> bool:
         return (
@@ -172,41 +180,79 @@ class WebhookConnections:
         """How a connection is opened (None: `open_stream`, looked up at each call)."""
         self._idle: dict[Origin, list[Connection]] = {}
         self._tls = tls
+        self._busy: set[Connection] = set()
+        """The connections with a post under way."""
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._swept: asyncio.AbstractEventLoop | None = None
+        """The event loop the sweep is scheduled on (a post on another one schedules it there)."""
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> int:
         """POST `body` to `url` with `headers`: the receiver's status, or WireError. A connection kept from an earlier
-        post that fails before any answer is replaced by a new one once (the receiver may have closed it idle)."""
+        post that fails before any answer is replaced by a new one once (the receiver may have closed it idle). The
+        post's time is bounded without a timer of its own: a new connection is opened under `asyncio.timeout_at`, a
+        request and its answer are watched by the sweep (`_watch`), which aborts a connection past its deadline."""
         origin, request = request_bytes(url, headers, body)
-        connected = False
-        try:
-            async with asyncio.timeout(self.timeout):
-                for reused in (True, False):
-                    connection = self._take(origin) if reused else None
-                    if connection is None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        for reused in (True, False):
+            connection = self._take(origin) if reused else None
+            if connection is None:
+                try:
+                    async with asyncio.timeout_at(deadline):
                         connection = await self._open(origin)
-                        reused = False
-                    connected = True
-                    try:
-                        connection.writer.write(request)
-                        answer = await read_answer(connection.reader)
-                    except WireError as error:
-                        connection.close()
-                        if reused and error.reason == "RemoteProtocolError" and connection.reader.at_eof():
-                            continue
-                        raise
-                    except OSError:
-                        connection.close()
-                        if reused:
-                            continue
-                        raise WireError("ReadError") from None
-                    except BaseException:
-                        connection.close()
-                        raise
-                    self._give_back(origin, connection, answer.keep)
-                    return answer.status
-        except TimeoutError:
-            raise WireError("ReadTimeout" if connected else "ConnectTimeout") from None
+                except TimeoutError:
+                    raise WireError("ConnectTimeout") from None
+                reused = False
+            self._watch(loop, connection, deadline)
+            try:
+                connection.writer.write(request)
+                answer = await read_answer(connection.reader)
+            except WireError as error:
+                connection.close()
+                if connection.expired:
+                    raise WireError("ReadTimeout") from None
+                if reused and error.reason == "RemoteProtocolError" and connection.reader.at_eof():
+                    continue
+                raise
+            except OSError:
+                connection.close()
+                if connection.expired:
+                    raise WireError("ReadTimeout") from None
+                if reused:
+                    continue
+                raise WireError("ReadError") from None
+            except BaseException:
+                connection.close()
+                raise
+            finally:
+                self._busy.discard(connection)
+            if connection.expired:
+                connection.close()
+                raise WireError("ReadTimeout")
+            self._give_back(origin, connection, answer.keep)
+            return answer.status
         raise WireError("RemoteProtocolError")
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, connection: Connection, deadline: float) -> None:
+        """Bound the post about to go on a connection by `deadline`: the sweep runs every tenth of the timeout while
+        any post is under way (one timer for them all, where a timer per post cost more than the post's own work)."""
+        connection.deadline = deadline
+        self._busy.add(connection)
+        if self._sweeper is None or self._swept is not loop:
+            self._swept = loop
+            self._sweeper = loop.call_later(self.timeout / SWEEPS, self._sweep)
+
+    def _sweep(self) -> None:
+        """Abort the connections whose post is past its deadline (their reads end at once, as timed out)."""
+        self._sweeper = None
+        now = asyncio.get_running_loop().time()
+        for connection in [c for c in self._busy if c.deadline <= now]:
+            self._busy.discard(connection)
+            connection.expired = True
+            with contextlib.suppress(RuntimeError):  # its event loop is closed
+                connection.writer.transport.abort()
+        if self._busy:
+            self._sweeper = asyncio.get_running_loop().call_later(self.timeout / SWEEPS, self._sweep)
 
     def _take(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin)
@@ -245,6 +291,9 @@ class WebhookConnections:
 
     async def close(self) -> None:
         """Close the idle connections (at shutdown)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         idle, self._idle = self._idle, {}
         for connections in idle.values():
             for connection in connections:

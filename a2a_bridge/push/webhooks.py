@@ -91,6 +91,15 @@ class WebhookPolicy:
     resolve: Resolver | None = None
     """How host names are resolved; None for the system resolver (`system_resolver`, looked up at each call)."""
 
+    def __hash__(self) -> int:
+        """Hashed once: a policy keys the caches of its judgements (`literal_refusal`), asked at every delivery run,
+        and hashing its networks anew each time cost more than the judgement."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.allowed_networks, self.resolve))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     def allows(self, address: Address) -> bool:
         mapped = getattr(address, "ipv4_mapped", None)
         candidates = (address, mapped) if mapped is not None else (address,)

@@ -8,11 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import orjson
-
 from a2a.server.context import ServerCallContext
 from a2a.types import Task, TaskState, TaskStatusUpdateEvent
-from a2a.utils.proto_utils import to_stream_response
 
 from a2a_bridge.core import claims
 from a2a_bridge.core.auth import RESPONSIBLE_USER, store_context
@@ -20,8 +17,8 @@ from a2a_bridge.core.claims import Claim, ClaimError, Op
 from a2a_bridge.core.states import is_terminal, row_for, state_name
 from a2a_bridge.core.task_events import Event, apply_event, stamp_ids
 from a2a_bridge.core.task_status import ANONYMOUS, next_notifications
+from a2a_bridge.push.logged_events import logged_body
 from a2a_bridge.store.ledger import ClaimEvent, Fenced, TaskExists, TaskRecord
-from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.store_faults import StoreUnavailable, transient
 from a2a_bridge.tasks import eager
 from a2a_bridge.tasks.host_env import HostEnv
@@ -228,7 +225,7 @@ class TaskWriter:
                 record.idle_expires_at = None
             logs = env.ledger.shared or (env.push is not None and env.push.logs(record.task_id))
             logged = [
-                (before + offset, orjson.dumps(to_dict(to_stream_response(item))).decode())
+                (before + offset, logged_body(item))
                 for offset, item in enumerate(items, 1)
                 if not isinstance(item, Task)
             ] if logs else []

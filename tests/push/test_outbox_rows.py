@@ -1,5 +1,6 @@
 """What the outbox writes: the push config row of a task's save, what the SDK's store writes for the same config
-(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; delivery ids, stable; and a message
+(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; delivery ids, stable; each event
+logged as its StreamResponse's JSON; and a message
 with a push config on SQLite, written with its task and delivered from what this process wrote."""
 
 import asyncio
@@ -10,7 +11,22 @@ from typing import Any
 
 import httpx
 import orjson
-from a2a.types import AuthenticationInfo, TaskPushNotificationConfig
+from a2a.types import (
+    Artifact,
+    AuthenticationInfo,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.proto_utils import to_stream_response
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.struct_pb2 import Struct
 
 from a2a_bridge.agents.catalog import sample_agents
 from a2a_bridge.app import Bridge
@@ -18,7 +34,9 @@ from a2a_bridge.capture.replay import WebhookReceiver
 from a2a_bridge.core.clock import SystemClock
 from a2a_bridge.core.config import SecurityConfig, parse_network
 
-from a2a_bridge.push.outbox import IDS, config_row, delivery_id
+from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logged_body
+from a2a_bridge.push.config_rows import config_row
+from a2a_bridge.push.outbox import IDS, delivery_id
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A
 
@@ -58,10 +76,31 @@ def test_delivery_ids_are_the_name_based_uuids_receivers_have_seen() -> None:
         assert delivery_id(task_id, config_id, revision) == expected
 
 
+def test_each_event_is_logged_as_its_stream_responses_json_and_known_by_its_kind() -> None:
+    """The log's body of an event is what the SDK's `to_stream_response` makes of it, as JSON (so a webhook carries
+    the same bytes either way), and what the body is to a delivery is read from it: a message is not sent, a terminal
+    status ends the task's deliveries, an artifact update is neither (whatever its text says)."""
+    metadata = Struct()
+    metadata.update({"state": "TASK_STATE_COMPLETED", "n": 1.5})
+    message = Message(message_id="m", role=Role.ROLE_USER, parts=[Part(text="hi")], metadata=metadata)
+    artifact = TaskArtifactUpdateEvent(
+        task_id="t", context_id="c", artifact=Artifact(artifact_id="a", parts=[Part(text='{"statusUpdate": 1}')])
+    )
+    working = TaskStatusUpdateEvent(task_id="t", context_id="c", status=TaskStatus(state=TaskState.TASK_STATE_WORKING))
+    done = TaskStatusUpdateEvent(task_id="t", context_id="c", status=TaskStatus(state=TaskState.TASK_STATE_COMPLETED))
+    task = Task(id="t", context_id="c", status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
+    for event, kind in ((message, MESSAGE), (artifact, UPDATE), (working, UPDATE), (done, END), (task, UPDATE)):
+        body = logged_body(event)
+        assert json.loads(body) == MessageToDict(to_stream_response(event))
+        assert event_kind(body) == kind, body
+    assert event_kind(json.dumps({"artifactUpdate": {"taskId": "t"}}, indent=1)) == UPDATE
+
+
 def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_its_own(tmp_path: Path) -> None:
     """On SQLite a SendMessage's push config is written with its task (no `add_delivery`, no SDK `set_info`), and its
-    deliveries start from the rows and events this process wrote (no read of the event log), every event arriving in
-    order with the config readable afterwards."""
+    deliveries start from the rows and events this process wrote (no read of the event log, and no hold in the store:
+    one process writes the file, and this one wrote the row), every event arriving in order with the config readable
+    afterwards."""
 
     async def check() -> None:
         stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'bridge.db'}"))
@@ -70,7 +109,8 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
         calls: list[str] = []
         ledger, host = bridge.ledger, bridge.agents["test-runner"].host
         assert host.push is not None and host.push_store is not None
-        for owner, name in ((ledger, "add_delivery"), (ledger, "events_after"), (host.push_store, "set_info")):
+        counted_calls = ((ledger, "add_delivery"), (ledger, "events_after"), (ledger, "hold_delivery"), (host.push_store, "set_info"))
+        for owner, name in counted_calls:
             counted(owner, name, calls)
         app = bridge.app()
         with WebhookReceiver() as receiver:
