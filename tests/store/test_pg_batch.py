@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from a2a.types import TaskState
 from sqlalchemy import event, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError
 
 from a2a_bridge.core.auth import owner_context
 from a2a_bridge.store.ledger import Fenced, SentMessage
@@ -101,14 +101,15 @@ def test_a_batch_is_written_on_asyncpg_and_its_fenced_save_writes_nothing(pg_url
 
 
 async def refused_batch(url: str) -> tuple[BaseException | None, bool, bool]:
-    """One batch of a good save and a save whose record the database refuses (no agent: NOT NULL). Returns the
+    """One batch of a good save and a save whose record the database refuses (a NUL in its agent's name, which PostgreSQL's text refuses; a record
+    type compiled by mypyc holds no None there). Returns the
     refused save's error and whether each task was stored."""
     owner = owner_context(OWNER)
     async with opened(url) as (stores, ledger):
         store, _ = stores.for_agent("agent")
         await ledger.start_session(datetime.now(UTC))
         good, bad = str(uuid.uuid4()), str(uuid.uuid4())
-        broken = dataclasses.replace(record(bad, "claimed", 1), agent=None)  # type: ignore[arg-type]
+        broken = dataclasses.replace(record(bad, "claimed", 1), agent="agent\x00")
         answers = await asyncio.gather(
             ledger.save(store, task(good, TaskState.TASK_STATE_WORKING), owner, record(good, "claimed", 1), [], new=True),
             ledger.save(store, task(bad, TaskState.TASK_STATE_WORKING), owner, broken, [], new=True),
@@ -121,5 +122,5 @@ async def refused_batch(url: str) -> tuple[BaseException | None, bool, bool]:
 
 def test_a_refused_batch_is_rolled_back_and_raised_as_sqlalchemy_raises_it(pg_url: str) -> None:
     error, good, bad = asyncio.run(asyncio.wait_for(refused_batch(pg_url), 60))
-    assert isinstance(error, IntegrityError), error
+    assert isinstance(error, DBAPIError), error
     assert good and not bad
