@@ -57,7 +57,7 @@ from a2a_bridge.http.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.http.shutdown import BoundedServer, Draining
 from a2a_bridge.http.task_paths import TaskPaths
 from a2a_bridge.ops import operator_cli
-from a2a_bridge.push.outbox import RetrySchedule
+from a2a_bridge.push.attempts import RetrySchedule
 from a2a_bridge.remote import config as remote_config
 from a2a_bridge.store.stores import StoreConfig, Stores
 from a2a_bridge.tasks.host_env import HostSettings

@@ -6,11 +6,8 @@ replica's death loses nothing: any live replica goes on where the last delivery 
 
 import asyncio
 import collections
-import hashlib
 import logging
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from a2a.server.context import ServerCallContext
@@ -20,10 +17,13 @@ from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.clock import Clock
 from a2a_bridge.push.config_rows import config_row
+from a2a_bridge.push.attempts import RetrySchedule, delivery_id
 from a2a_bridge.push.logged_events import END, MESSAGE, event_kind
 from a2a_bridge.push.webhook_wire import WebhookPoster
 from a2a_bridge.push.webhooks import FailureLog, WebhookPolicy
+from a2a_bridge.push.workers import Workers
 from a2a_bridge.store.ledger import Delivery, Ledger, PushAdded
+from a2a_bridge.store.push_rows import Drop, Settle
 from a2a_bridge.store.store_faults import OUTAGE, transient
 
 log = logging.getLogger(__name__)
@@ -34,34 +34,9 @@ HOLD = timedelta(seconds=60)
 """How long a replica holds a delivery it attempts: longer than an attempt (the webhook client's timeout), after which
 any replica may take it over (at once when the holder's session is gone)."""
 BATCH = 64
-"""Deliveries read per round, and attempted at once at the most."""
+"""Deliveries read per round, and attempted at once at the most (as many workers at the most)."""
 CACHED = 256
 """Events of one task kept in memory for its deliveries at the most (past it they are read from the store)."""
-IDS = uuid.UUID("4f2b6d0e-2a41-4c2e-9d8e-a2abe1d9e0b1")
-"""The namespace of delivery ids (`delivery_id`)."""
-
-
-@dataclass(frozen=True)
-class RetrySchedule:
-    """When a failing delivery is tried again: `first` seconds after the first failure, doubling up to `most`, and
-    given up once it has failed for `give_up` seconds."""
-
-    first: float = 10.0
-    most: float = 3600.0
-    give_up: float = 86400.0
-
-    def delay(self, attempts: int) -> float:
-        return min(self.first * 2 ** max(attempts - 1, 0), self.most)
-
-
-def delivery_id(task_id: str, config_id: str, revision: int) -> str:
-    """The id of one event's delivery to one config, the same on every attempt (receivers deduplicate by it): the
-    name-based UUID (version 5) of IDS and "task\\nconfig\\nrevision", as `uuid.uuid5` makes it, formatted directly."""
-    digest = bytearray(hashlib.sha1(IDS.bytes + f"{task_id}\n{config_id}\n{revision}".encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    text = digest.hex()
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 class Outbox:
@@ -92,7 +67,9 @@ class Outbox:
         self.logged: set[str] = set()
         """Tasks of this process with push configs, whose events a store that logs no other events must log."""
         self._wake = asyncio.Event()
-        self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._running: set[tuple[str, str]] = set()
+        self._workers: Workers[tuple[Delivery, bool]] = Workers(self._deliver, BATCH)
+        """The delivery runs queued or under way (`_running`), each with whether it is read from the store."""
         self._runs: collections.Counter[str] = collections.Counter()
         """Delivery runs under way per task."""
         self._stored: set[str] = set()
@@ -233,16 +210,12 @@ class Outbox:
     async def stop(self, grace: float) -> None:
         """Stop delivering: attempts under way get `grace` seconds, then are abandoned (their holds run out and any
         replica, this one after a restart, attempts them again)."""
-        jobs = [job for job in (self._loop, *self._running.values()) if job is not None]
         if self._loop is not None:
             self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
         if self._ticker is not None:
             self._ticker.cancel()
-        if jobs:
-            _, late = await asyncio.wait(jobs, timeout=grace)
-            for job in late:
-                job.cancel()
-            await asyncio.gather(*jobs, return_exceptions=True)
+        await self._workers.stop(grace)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until every event stored so far has been attempted (nothing due, nothing under way), at most
@@ -251,7 +224,7 @@ class Outbox:
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             if self._running:
-                await asyncio.wait(list(self._running.values()), timeout=deadline - loop.time())
+                await asyncio.sleep(0.01)
                 continue
             if not await self.ledger.due_deliveries(self.agent, self.clock.now(), 1):
                 return
@@ -295,21 +268,22 @@ class Outbox:
             key = (delivery.task_id, delivery.config_id)
             if delivery.task_id in self._woken and delivery.config_id in self._known.get(delivery.task_id, ()):
                 continue  # stored while the store was read: the next round starts it from what this process wrote
+            if key in self._sure and delivery.config_id in self._known.get(delivery.task_id, ()):
+                continue  # known here as this process wrote it last (its settle may not have committed yet)
             if key not in self._running and len(self._running) < BATCH and await self._free(delivery, now):
                 self._start(delivery, from_store=True)
 
     def _start(self, delivery: Delivery, from_store: bool = False) -> bool:
-        """Run a delivery unless it runs already (`from_store`: found due in the store, whose events are read from
-        it); False when BATCH run already."""
+        """Queue a delivery for the workers unless it is queued or runs already (`from_store`: found due in the store,
+        whose events are read from it); False when BATCH are already."""
         key = (delivery.task_id, delivery.config_id)
         if key in self._running:
             return True
         if len(self._running) >= BATCH:
             return False
-        job = asyncio.ensure_future(self._deliver(delivery, from_store))
-        self._running[key] = job
+        self._running.add(key)
         self._runs[key[0]] += 1
-        job.add_done_callback(lambda _, key=key: self._ran(key))
+        self._workers.put((delivery, from_store))
         return True
 
     def _know(self, delivery: Delivery, sure: bool = False) -> None:
@@ -333,15 +307,13 @@ class Outbox:
                 self._events.pop(delivery.task_id, None)
 
     def _ran(self, key: tuple[str, str]) -> None:
-        self._running.pop(key, None)
+        """A delivery run ended: its task's kept events go unless a delivery of the task is known or runs on."""
+        self._running.discard(key)
         self._runs[key[0]] -= 1
         if self._runs[key[0]] <= 0:
             del self._runs[key[0]]
-
-    def _done(self, task_id: str) -> None:
-        """A delivery run of a task ended: its kept events go unless a delivery of the task is known or runs on."""
-        if task_id not in self._known and self._runs[task_id] <= 1:
-            self._events.pop(task_id, None)
+            if key[0] not in self._known:
+                self._events.pop(key[0], None)
 
     async def _free(self, delivery: Delivery, now: datetime) -> bool:
         """Whether this process may take the delivery: no one holds it, the hold ran out, or its holder is gone."""
@@ -351,61 +323,95 @@ class Outbox:
             return True
         return not await self.ledger.session_alive(delivery.holder)
 
-    async def _deliver(self, delivery: Delivery, from_store: bool = True) -> None:
+    async def _deliver(self, run: tuple[Delivery, bool]) -> None:
         """Deliver the events after the delivery's revision in order under one hold (taken before its config is read:
-        a delivery another replica or an earlier run finished costs no read), settled once at the end of the run: at
-        the first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the
-        row is dropped once the task's end is delivered. Events stored during the run start another. A run started by
-        its task's save reads the events this replica kept of it (`saved`), one `from_store` reads them from the
-        store."""
+        a delivery another replica or an earlier run finished costs no read), settled at the end of the run: at the
+        first failure (the next attempt scheduled), once half the hold has passed, or when no event is left; the row
+        is dropped once the task's end is delivered, with the ledger's next group commit, not waited for (`_written`: a
+        crash before it commits sends the events again, same ids, in order; what the next run writes commits after it).
+        Events left or stored during the run queue the next. A run started by its task's save reads the events this
+        replica kept of it (`saved`), one `from_store` reads them from the store."""
+        delivery, from_store = run
+        key = (delivery.task_id, delivery.config_id)
         self._forget(delivery)
+        self._stored.discard(delivery.task_id)
         try:
-            config: TaskPushNotificationConfig | None = None
-            while True:
-                self._stored.discard(delivery.task_id)
-                until = self.clock.now() + HOLD
-                key = (delivery.task_id, delivery.config_id)
-                if not from_store and key in self._sure and delivery.holder is None:
-                    held = delivery  # the row is as this process wrote it, and no other process writes it
-                elif await self.ledger.hold_delivery(delivery, self.session, until):
-                    held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
-                else:
-                    self._sure.discard(key)
-                    return
-                config = config or await self._config(held)
-                if config is None:
-                    return
-                kept = None if from_store else self._kept_events(held.task_id, held.delivered)
-                waiting = kept if kept is not None else await self.ledger.events_after(held.task_id, held.delivered)
-                from_store = False
-                settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
-                if ended:
-                    if await self.ledger.drop_delivery(held):
-                        self._configs.pop(key, None)
-                        self._rows.discard(key)
-                    self._sure.discard(key)
-                    return
-                if not await self.ledger.settle_delivery(held, settled):
-                    self._sure.discard(key)
-                    return
-                delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
-                sure = not self.ledger.shared  # the row is as settled
-                if settled.attempts or settled.dead:
-                    self._know(delivery, sure)
-                    return
-                read_all = not waiting or settled.delivered == waiting[-1][0]
-                if read_all and delivery.task_id not in self._stored:
-                    self._know(delivery, sure)
-                    return
-                if sure:
-                    self._sure.add(key)
-        except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
-            if not transient(error):
-                log.exception("delivery of webhook %s of task %s failed", delivery.config_id, delivery.task_id)
+            until = self.clock.now() + HOLD
+            if not from_store and key in self._sure and delivery.holder is None:
+                held = delivery  # the row is as this process wrote it, and no other process writes it
+            elif await self.ledger.hold_delivery(delivery, self.session, until):
+                held = delivery._replace(holder=self.session, held_until=until, holds=delivery.holds + 1)
             else:
-                OUTAGE.failed(error)
-        finally:
-            self._done(delivery.task_id)
+                self._sure.discard(key)
+                self._ran(key)
+                return
+            config = await self._config(held)
+            if config is None:
+                self._ran(key)
+                return
+            kept = None if from_store else self._kept_events(held.task_id, held.delivered)
+            waiting = kept if kept is not None else await self.ledger.events_after(held.task_id, held.delivered)
+            settled, ended = await self._run_events(held, config, waiting, until - HOLD / 2)
+        except Exception as error:  # noqa: BLE001 - the store is away: the hold runs out and the delivery is tried again
+            self._failed(error, key)
+            self._ran(key)
+            return
+        written = self.ledger.later(Drop(held) if ended else Settle(held, settled))
+        if ended or self.ledger.shared:  # the delivery waits for its row (a hold is taken of it as it was settled)
+            written.add_done_callback(lambda done: self._written(key, held, settled, waiting, ended, done))
+            return
+        written.add_done_callback(lambda done: self._changed(key, done))
+        self._next(key, held, settled, waiting, True)
+
+    def _next(
+        self, key: tuple[str, str], held: Delivery, settled: Delivery, waiting: list[tuple[int, str]], sure: bool
+    ) -> None:
+        """After a run that did not deliver its task's end: the delivery known here as settled (`sure`: on a store no
+        other process writes), or run again at once for the events left or stored during the run."""
+        delivery = settled._replace(holder=None, held_until=None, holds=held.holds)
+        read_all = not waiting or settled.delivered == waiting[-1][0]
+        if settled.attempts or settled.dead or (read_all and delivery.task_id not in self._stored):
+            self._know(delivery, sure)
+            self._ran(key)
+            return
+        if sure:
+            self._sure.add(key)
+        self._workers.put((delivery, False))
+
+    def _written(
+        self, key: tuple[str, str], held: Delivery, settled: Delivery, waiting: list[tuple[int, str]], ended: bool,
+        written: "asyncio.Future[bool]",
+    ) -> None:
+        """A drop, or a settle on a store replicas share, committed or not: the delivery goes on or is done."""
+        changed = self._changed(key, written)
+        if changed and ended:
+            self._configs.pop(key, None)
+            self._rows.discard(key)
+        if changed and not ended:
+            self._next(key, held, settled, waiting, False)
+        else:
+            self._ran(key)
+
+    def _changed(self, key: tuple[str, str], written: "asyncio.Future[bool]") -> bool:
+        """Whether a run's settle or drop changed its row; where it did not (another replica took the delivery over) or
+        failed (the store is away), what this replica knows of the row is forgotten and the store's due rows say what
+        is left to deliver (sent again from where the row stands)."""
+        error = None if written.cancelled() else written.exception()
+        if error is None and not written.cancelled() and written.result():
+            return True
+        self._sure.discard(key)
+        known = self._known.get(key[0], {}).get(key[1])
+        if known is not None:
+            self._forget(known)
+        if isinstance(error, Exception):
+            self._failed(error, key)
+        return False
+
+    def _failed(self, error: Exception, key: tuple[str, str]) -> None:
+        if not transient(error):  # the store is away otherwise
+            log.error("delivery of webhook %s of task %s failed", key[1], key[0], exc_info=error)
+        else:
+            OUTAGE.failed(error)
 
     async def _run_events(
         self, held: Delivery, config: TaskPushNotificationConfig, waiting: list[tuple[int, str]], stop: datetime

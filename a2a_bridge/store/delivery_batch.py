@@ -1,39 +1,15 @@
-"""The push outbox's row changes (holds, settles, drops), written in the ledger's group commit: the changes submitted
+"""The push outbox's row changes (holds, settles, drops: `push_rows.Change`), written in the ledger's group commit: the changes submitted
 while a transaction runs share the next one with the task saves of the moment (`group_commit.GroupCommit`), so a busy
 outbox adds no transaction of its own. Each change as SQLite's statement and parameters (run by
 `ledger_batch.SqliteBatch` in its one trip to the connection's thread) and as PostgreSQL's (run by `pg_batch.PgBatch`
 on the asyncpg connection)."""
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from a2a_bridge.store.ledger import Delivery
 from a2a_bridge.store.ledger_tables import deliveries_table
+from a2a_bridge.store.push_rows import Change, Hold, Settle
 
-
-class Hold(NamedTuple):
-    """Hold a delivery for `session` until `until`, only if it is still as read (delivered as far, held as often)."""
-
-    delivery: Delivery
-    session: int
-    until: datetime
-
-
-class Settle(NamedTuple):
-    """Store what became of a held delivery and release the hold, only if no other replica took it over."""
-
-    held: Delivery
-    settled: Delivery
-
-
-class Drop(NamedTuple):
-    """Remove a delivery that is done with, only if it is held as often as when read."""
-
-    delivery: Delivery
-
-
-Change = Hold | Settle | Drop
-"""One row change of a batch; each answers whether it changed its row."""
 
 TABLE = deliveries_table.name
 HOLD_SQL = (

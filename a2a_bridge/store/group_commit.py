@@ -33,6 +33,18 @@ class GroupCommit(Generic[Item, Result]):
             self._writer = asyncio.get_running_loop().create_task(self._drain())
         return await future
 
+    def later(self, item: Item) -> "asyncio.Future[Result]":
+        """The item's result once committed, written with the next batch that begins (started by another `submit` or
+        by `flush`), not beginning one of its own."""
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        return future
+
+    def flush(self) -> None:
+        """Begin a batch for the items waiting (`later`), unless one runs already."""
+        if self._pending and self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._drain())
+
     async def _drain(self) -> None:
         try:
             while self._pending:
@@ -55,7 +67,8 @@ class GroupCommit(Generic[Item, Result]):
             _settle(future, result)
 
     async def close(self) -> None:
-        """Wait for the writes already submitted."""
+        """Wait for the writes already submitted (those left for a later batch too)."""
+        self.flush()
         if self._writer is not None:
             await asyncio.shield(self._writer)
 

@@ -18,7 +18,7 @@ from a2a.types import Task
 
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.core.task_status import Notification
-from a2a_bridge.store.push_rows import Delivery, PushAdded
+from a2a_bridge.store.push_rows import Change, Delivery, Drop, Hold, PushAdded, Settle
 
 Notice = Callable[[str, str, str], None]
 """Called with (kind, task id, detail) for a change a process (another, or this one) committed: "t" a task or its
@@ -193,6 +193,7 @@ class Ledger(Protocol):
     async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool: ...
     async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool: ...
     async def drop_delivery(self, delivery: Delivery) -> bool: ...
+    def later(self, change: Change) -> asyncio.Future[bool]: ...
     async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]: ...
     async def redeliver(self, agent: str, task_id: str, config_id: str | None, now: datetime) -> int: ...
     async def take_over(self, agent: str, owner: str, message_id: str, sender: int | None, session: int) -> bool: ...
@@ -366,28 +367,39 @@ class MemoryLedger:
         return sorted(due, key=lambda d: d.due_at or now)[:limit]
 
     async def hold_delivery(self, delivery: Delivery, session: int, until: datetime) -> bool:
-        key = (delivery.task_id, delivery.config_id)
-        current = self._deliveries.get(key)
-        if current is None or (current.delivered, current.holds, current.dead) != (delivery.delivered, delivery.holds, False):
-            return False
-        self._deliveries[key] = current._replace(holder=session, held_until=until, holds=current.holds + 1)
-        return True
+        return self._change(Hold(delivery, session, until))
 
     async def settle_delivery(self, held: Delivery, settled: Delivery) -> bool:
-        key = (held.task_id, held.config_id)
-        current = self._deliveries.get(key)
-        if current is None or (current.holder, current.holds) != (held.holder, held.holds):
-            return False
-        self._deliveries[key] = settled._replace(holder=None, held_until=None, holds=held.holds)
-        return True
+        return self._change(Settle(held, settled))
 
     async def drop_delivery(self, delivery: Delivery) -> bool:
-        current = self._deliveries.get((delivery.task_id, delivery.config_id))
-        if current is None or current.holds != delivery.holds:
-            return False
-        del self._deliveries[(delivery.task_id, delivery.config_id)]
-        if not any(key[0] == delivery.task_id for key in self._deliveries):
-            self._log.pop(delivery.task_id, None)
+        return self._change(Drop(delivery))
+
+    def later(self, change: Change) -> asyncio.Future[bool]:
+        """A change of an outbox row, made at once (where the SQL ledgers wait for their next group commit)."""
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        answer.set_result(self._change(change))
+        return answer
+
+    def _change(self, change: Change) -> bool:
+        """Make a change of an outbox row if the row is as the change read it; whether it was."""
+        d = change.held if isinstance(change, Settle) else change.delivery
+        key = (d.task_id, d.config_id)
+        current = self._deliveries.get(key)
+        if isinstance(change, Hold):
+            if current is None or (current.delivered, current.holds, current.dead) != (d.delivered, d.holds, False):
+                return False
+            self._deliveries[key] = current._replace(holder=change.session, held_until=change.until, holds=d.holds + 1)
+        elif isinstance(change, Settle):
+            if current is None or (current.holder, current.holds) != (d.holder, d.holds):
+                return False
+            self._deliveries[key] = change.settled._replace(holder=None, held_until=None, holds=d.holds)
+        else:
+            if current is None or current.holds != d.holds:
+                return False
+            del self._deliveries[key]
+            if not any(other[0] == d.task_id for other in self._deliveries):
+                self._log.pop(d.task_id, None)
         return True
 
     async def deliveries(self, agent: str, *, task_id: str | None = None, dead: bool | None = None) -> list[Delivery]:

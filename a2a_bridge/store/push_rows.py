@@ -1,5 +1,5 @@
 """The push outbox's rows as the ledger takes and gives them: a task and config's delivery (`Delivery`), and a push
-config added with a save of its task (`PushAdded`)."""
+config added with a save of its task (`PushAdded`), and the changes of a row the outbox asks (`Change`)."""
 
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -32,3 +32,28 @@ class PushAdded(NamedTuple):
     delivery: Delivery
     table: Any = None
     config: dict[str, Any] | None = None
+
+
+class Hold(NamedTuple):
+    """Hold a delivery for `session` until `until`, only if it is still as read (delivered as far, held as often)."""
+
+    delivery: Delivery
+    session: int
+    until: datetime
+
+
+class Settle(NamedTuple):
+    """Store what became of a held delivery and release the hold, only if no other replica took it over."""
+
+    held: Delivery
+    settled: Delivery
+
+
+class Drop(NamedTuple):
+    """Remove a delivery that is done with, only if it is held as often as when read."""
+
+    delivery: Delivery
+
+
+Change = Hold | Settle | Drop
+"""One row change of a batch; each answers whether it changed its row."""

@@ -3,17 +3,20 @@
 `delivery_batch`) and reads the events to deliver (the reads asked at once in one query); what is to deliver is the
 event log (`bridge_events`)."""
 
+import asyncio
 from datetime import datetime
 
 from sqlalchemy import and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle
 from a2a_bridge.store.group_commit import GroupCommit
-from a2a_bridge.store.ledger import Delivery
 from a2a_bridge.store.ledger_batch import Outcome, Write
 from a2a_bridge.store.ledger_tables import deliveries_table, delivery_of, delivery_row, events_table
+from a2a_bridge.store.push_rows import Change, Delivery, Drop, Hold, Settle
+
+LATER = 0.05
+"""Seconds a change left to the next group commit (`later`) waits at the most for another write to begin one."""
 
 
 class SqlDeliveries:
@@ -24,6 +27,7 @@ class SqlDeliveries:
     shared: bool
     _writes: GroupCommit[Write, Outcome]
     _event_reads: GroupCommit[tuple[str, int], list[tuple[int, str]]] | None = None
+    _flush: asyncio.TimerHandle | None = None
 
     async def _init(self) -> None: ...
 
@@ -73,6 +77,21 @@ class SqlDeliveries:
         changed = await self._writes.submit(change)
         return changed is True
 
+    def later(self, change: Change) -> "asyncio.Future[bool]":
+        """A change of an outbox row written with the ledger's next group commit, beginning none of its own (a save's,
+        or one begun LATER seconds on at the most): whether it changed its row. The changes are written in the order
+        asked, after the saves of their batch. (The ledger is initialised: its outbox rows were read or written.)"""
+        outcome = self._writes.later(change)
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(LATER, self._flushed)
+        changed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        outcome.add_done_callback(lambda done: _answer(done, changed))
+        return changed
+
+    def _flushed(self) -> None:
+        self._flush = None
+        self._writes.flush()
+
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
         """A task's logged events after `seq`, in order: read with the other reads asked meanwhile, in one query."""
         await self._init()
@@ -119,3 +138,14 @@ class SqlDeliveries:
                 update(d).where(and_(*conditions)).values(dead=False, attempts=0, failing_since=None, due_at=now, last_error=None)
             )
         return again.rowcount
+
+
+def _answer(outcome: "asyncio.Future[Outcome]", changed: "asyncio.Future[bool]") -> None:
+    """A change's outcome as whether it changed its row (or its error)."""
+    if changed.done():
+        return
+    error = None if outcome.cancelled() else outcome.exception()
+    if error is not None:
+        changed.set_exception(error)
+    else:
+        changed.set_result(not outcome.cancelled() and outcome.result() is True)

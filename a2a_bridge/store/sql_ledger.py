@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.store.column_json import json_array
-from a2a_bridge.store.delivery_batch import Change, Drop, Hold, Settle
+from a2a_bridge.store.push_rows import Change, Drop, Hold, Settle
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger import (
     HELD,

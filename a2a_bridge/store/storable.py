@@ -179,17 +179,16 @@ _PAIRS = json.JSONDecoder(object_pairs_hook=_pairs)
 
 def repeated(value: Any, body: bytes) -> Flaw | None:
     """The first key an object of the body holds twice, named by its path; None when none does. Cheap for every
-    body: each colon of a body is a member's or one inside a string, so a body without a repeated key has as many
-    colons as its parsed value has members (`_members`), plus colons in its strings when it has more (`_colons`).
-    Only a body where they differ, or that may write a colon as an escape (`\\u003a`), is parsed again, keeping
-    every member, to find the key."""
+    body: each colon of a body is a member's or one inside a string, and so is each colon of the parsed value written
+    again by orjson (which writes every colon as itself); a key held twice drops a member, and any colon in its value,
+    from the value, so a body without a repeated key has exactly as many colons as the value written again
+    (`_written_colons`). Only a body where they differ, or that may write a colon as an escape (`\\u003a`), is parsed
+    again, keeping every member, to find the key."""
     colons = body.count(b":")
     if colons == 0:
         return None
-    if body.find(b"\\u003") == -1:
-        members = _members(value)
-        if colons == members or colons == members + _colons(value):
-            return None
+    if body.find(b"\\u003") == -1 and colons == _written_colons(value):
+        return None
     try:
         again = _PAIRS.decode(body.decode("utf-8"))
     except (ValueError, RecursionError):
@@ -197,38 +196,13 @@ def repeated(value: Any, body: bytes) -> Flaw | None:
     return first_flaw(again, strings=False)
 
 
-def _members(value: Any) -> int:
-    """The members of every object in a parsed value."""
-    total = 0
-    stack: list[Any] = [value] if type(value) is dict or type(value) is list else []
-    while stack:
-        item = stack.pop()
-        members = item.values() if type(item) is dict else item
-        if type(item) is dict:
-            total += len(item)
-        for member in members:
-            kind = type(member)
-            if kind is dict or kind is list:
-                stack.append(member)
-    return total
-
-
-def _colons(value: Any) -> int:
-    """The colons in a parsed value's strings, keys included."""
-    total = 0
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key in item:
-                total += key.count(":")
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif kind is str:
-            total += item.count(":")
-    return total
+def _written_colons(value: Any) -> int:
+    """The colons of a parsed value as orjson writes it; -1 for a value it cannot write (an integer past 64 bits, a
+    lone surrogate, nesting past its limit), which is then parsed again."""
+    try:
+        return orjson.dumps(value).count(b":")
+    except orjson.JSONEncodeError:
+        return -1
 
 
 def _flaw(value: Any, body: bytes, marked: bool, brackets: int) -> Flaw | None:

@@ -14,7 +14,8 @@ from a2a.types import Message
 from a2a_bridge.core import claims
 from a2a_bridge.core.clock import Clock
 from a2a_bridge.core.config import Limits
-from a2a_bridge.push.outbox import Outbox, RetrySchedule
+from a2a_bridge.push.attempts import RetrySchedule
+from a2a_bridge.push.outbox import Outbox
 from a2a_bridge.store.ledger import Ledger
 from a2a_bridge.store.store_faults import STORE_GRACE
 

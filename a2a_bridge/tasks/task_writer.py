@@ -464,8 +464,8 @@ class TaskWriter:
         for revision, (turn, event) in enumerate(events, before + 1):
             self.publish(live, turn, event, revision)
         push = self.env.push
-        if push is not None and push.logs(live.task.id):
-            push.stored(live.task.id, is_terminal(live.task.status.state))
+        if push is not None and push.logs(live.task.id):  # ended once the saved events hold the end (none left)
+            push.stored(live.task.id, is_terminal(live.task.status.state) and not live.unsaved)
 
     async def fail(self, live: LiveTask, text: str = FAILED_TEXT, failure: dict[str, str] | None = None) -> None:
         """End a task FAILED with the generic message (the agent raised, or what it sent cannot be stored); `failure`

@@ -36,7 +36,7 @@ from a2a_bridge.core.config import SecurityConfig, parse_network
 
 from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logged_body
 from a2a_bridge.push.config_rows import config_row
-from a2a_bridge.push.outbox import IDS, delivery_id
+from a2a_bridge.push.attempts import IDS, delivery_id
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A
 
@@ -122,6 +122,7 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
                 params = {"message": message, "configuration": {"taskPushNotificationConfig": config}}
                 answer = await rpc(client, "SendStreamingMessage", params)
                 frames = [json.loads(line[5:])["result"] for line in answer.text.splitlines() if line.startswith("data:")]
+                await ended(receiver)  # the stream may end before its last save commits, whose events drain awaits
                 await host.push.drain()
                 listed = await rpc(client, "ListTaskPushNotificationConfigs", {"taskId": frames[0]["task"]["id"]})
                 configs = listed.json()["result"]["configs"]
@@ -134,6 +135,14 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
         assert calls == [], calls
 
     asyncio.run(check())
+
+
+async def ended(receiver: WebhookReceiver, timeout: float = 20.0) -> None:
+    """Poll until the receiver got a task's end (it answers on a thread of its own)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not any(b"TASK_STATE_COMPLETED" in delivery.body for delivery in receiver.received()):
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting for the task's end"
+        await asyncio.sleep(0.02)
 
 
 async def rpc(client: httpx.AsyncClient, method: str, params: dict[str, Any]) -> httpx.Response:

@@ -24,6 +24,7 @@ from a2a_bridge.core.claims import Claim
 from a2a_bridge.store.ledger import (
     ClaimEvent, Delivery, Fenced, Ledger, PushAdded, SentMessage, TaskExists, TaskQuery, TaskRecord,
 )
+from a2a_bridge.store.push_rows import Drop, Settle
 from a2a_bridge.store.stores import StoreConfig, Stores
 
 OWNER = "alice"
@@ -258,6 +259,33 @@ def test_push_deliveries_are_held_by_one_and_settled_from_where_they_stopped(sto
     logged, held by one session at a time, settled only under its hold, given up and delivered again from where it
     stopped."""
     asyncio.run(outbox_rows(store_url))
+
+
+async def changes_left_to_the_next_commit(url: str) -> None:
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
+        session = await ledger.start_session(datetime.now(UTC))
+        now = datetime.now(UTC)
+        task_id = str(uuid.uuid4())
+        await ledger.add_delivery(Delivery(task_id, "hook", "agent", 0, due_at=now))
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [], new=True, log=[(1, "{}")])
+        [due] = await ledger.due_deliveries("agent", now, 10)
+        settled = ledger.later(Settle(due, due._replace(delivered=1)))
+        dropped = ledger.later(Drop(due._replace(delivered=1)))
+        refused = ledger.later(Drop(due))
+        until = now + timedelta(seconds=60)
+        assert not await ledger.hold_delivery(due, session, until), "a change asked later is written before it"
+        assert (await settled, await dropped, await refused) == (True, True, False), "in the order asked"
+        assert await ledger.deliveries("agent", task_id=task_id) == []
+        unasked = ledger.later(Drop(due))
+        assert await asyncio.wait_for(unasked, 5) is False, "written within a moment when nothing else is"
+
+
+def test_outbox_changes_left_to_the_next_commit_are_written_in_order_with_it(store_url: str) -> None:
+    """A settle or drop asked `later` is written with the next write the ledger commits, in the order asked, and on
+    its own within a moment when none comes; each answers whether it changed its row."""
+    asyncio.run(changes_left_to_the_next_commit(store_url))
 
 
 async def configs_with_saves(url: str) -> None:
