@@ -43,7 +43,7 @@ from a2a_bridge.store.ledger_tables import (
     upsert_statement,
 )
 from a2a_bridge.store.pg_session import CHANNEL, MAX_PAYLOAD, event_notices
-from a2a_bridge.store.pg_unnest import MESSAGE_KEY, SaveStatement
+from a2a_bridge.store.pg_unnest import MESSAGE_KEY, SaveStatement, values_document
 
 KNOWN_SQL = (
     f"SELECT agent, owner, message_id, fingerprint, task_id, reply, session FROM {messages_table.name} "
@@ -160,15 +160,15 @@ class PgBatch:
         candidates: list[dict[str, Any]] = []
         if remembered:
             candidates = fresh_messages(remembered, {}, [None] * len(results))
-            args += [[row[name] for row in candidates] for name in MESSAGE_KEY]
-            args += one.messages.arrays(candidates)
-        args += one.records[True].arrays(records[True]) + one.records[False].arrays(records[False])
+            args.append(values_document([[row[name] for name in MESSAGE_KEY] for row in candidates]))
+            args.append(one.messages.document(candidates))
+        args += [one.records[True].document(records[True]), one.records[False].document(records[False])]
         for table in tables:
-            args += one.tasks(table).arrays(tasks[table])
-        args += one.events.arrays(events) + one.logged.arrays(logged)
+            args.append(one.tasks(table).document(tasks[table]))
+        args += [one.events.document(events), one.logged.document(logged)]
         notices = [(row["task_id"], f"e:{row['task_id']}:{row['seq']}:{row['body']}") for row in logged]
         short = [(task_id, notice) for task_id, notice in notices if len(notice.encode()) <= MAX_PAYLOAD]
-        args += [[task_id for task_id, _ in short], [notice for _, notice in short], list(range(len(short)))]
+        args.append(values_document([[task_id, notice, seq] for seq, (task_id, notice) in enumerate(short)]))
         at[0] = one.sql(tables, bool(remembered))
         rows = await driver.fetch(at[0], *args)
         written = {row[1] for row in rows if row[0] == "w"}

@@ -62,7 +62,8 @@ async def session_alive(engine: AsyncEngine, session: int) -> bool:
 class SessionConnection:
     """The connection of this process's session: its lock, its LISTEN, and the news of its loss."""
 
-    def __init__(self, engine: AsyncEngine, heard: Callable[[str], None], lost: Callable[[], None]) -> None:
+    def __init__(self, engine: AsyncEngine, heard: Callable[[int, str], None], lost: Callable[[], None]) -> None:
+        """`heard` is called with the sending backend's process id and the payload of each notice."""
         self.engine = engine
         self.heard = heard
         self.lost = lost
@@ -94,8 +95,8 @@ class SessionConnection:
                 driver.remove_termination_listener(self._terminated)
                 await connection.close()
 
-    def _heard(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
-        self.heard(payload)
+    def _heard(self, _connection: object, pid: int, _channel: str, payload: str) -> None:
+        self.heard(pid, payload)
 
     def _terminated(self, _connection: object) -> None:
         """The session's connection is gone: it is closed (given back to the pool, not left to the garbage

@@ -1,14 +1,15 @@
-"""A whole batch of the ledger's saves and messages as one PostgreSQL statement: each table's rows as one array per
-column (`unnest`), the writes as data-modifying CTEs of one statement, which PostgreSQL runs as one transaction in
+"""A whole batch of the ledger's saves and messages as one PostgreSQL statement: each table's rows as one JSON document
+of their values (`jsonb_array_elements`), the writes as data-modifying CTEs of one statement, which PostgreSQL runs as one transaction in
 one round trip. The same SQL as the batch's own statements (`SaveStatement` keeps SQLAlchemy's conflict clause and
 RETURNING of each): the records written only where new, or over the version their writer holds and not ended; the
 task rows, claim events and event-log rows only of the records written (`written`); the NOTIFY of the records written
 and their events at commit; each message inserted only where none is stored, the stored ones read from the
 statement's snapshot."""
 
-from collections.abc import Callable
+import operator
 from typing import Any
 
+import orjson
 from sqlalchemy import Table, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import Executable
@@ -28,9 +29,13 @@ MESSAGE_KEY = ["agent", "owner", "message_id"]
 WRITTEN = "SELECT task_id FROM written"
 
 
-class Arrays:
-    """An INSERT of a table's rows from one array per column, as SQLAlchemy's `statement` writes them: the same columns,
-    each value through its column type's bind processor, the statement's conflict clause and RETURNING kept."""
+class Rows:
+    """An INSERT of a table's rows from one JSON document, a list of each row's values in the statement's order of
+    columns, as SQLAlchemy's `statement` writes them: the same columns, each value through its column type's bind
+    processor (a JSON column's value is its text, a JSON string in the document) and cast to its column's type as the
+    statement's parameters are, the statement's conflict clause and RETURNING kept. One text parameter for all the
+    rows: asyncpg encodes an array parameter element by element (an `isinstance` of three ABCs for each), which cost
+    more than the rows' own values; orjson writes the document in one call."""
 
     def __init__(self, statement: Executable, table: Table, dialect: Dialect, keys: list[str] | None = None) -> None:
         compiled = statement.compile(dialect=dialect, column_keys=keys)
@@ -43,23 +48,37 @@ class Arrays:
         self.table = quote(table.name)
         self.names = ", ".join(quote(name) for name in self.columns)
         types = {column.key: column.type for column in table.columns}
-        self.casts = [types[name].compile(dialect=dialect) for name in self.columns]
+        casts = [types[name].compile(dialect=dialect) for name in self.columns]
+        self.values = ", ".join(
+            f"(r.v->>{index})::{cast} AS {quote(name)}" for index, (name, cast) in enumerate(zip(self.columns, casts))
+        )
+        self._pick = operator.itemgetter(*self.columns) if len(self.columns) > 1 else None
         processors = [types[name].dialect_impl(dialect).bind_processor(dialect) for name in self.columns]
-        self.processors: list[Callable[[Any], Any] | None] = processors
+        self._processed = [(index, process) for index, process in enumerate(processors) if process is not None]
 
-    def sql(self, first: int, where: str = "", tail: str | None = None) -> str:
-        """The INSERT, its arrays the parameters from $`first` on; `where` filters the rows."""
-        arrays = ", ".join(f"${first + index}::{cast}[]" for index, cast in enumerate(self.casts))
+    def sql(self, number: int, where: str = "", tail: str | None = None) -> str:
+        """The INSERT, its document parameter $`number`; `where` filters the rows (named `s`), which are inserted in
+        the document's order (a serial id follows it)."""
         end = self.tail if tail is None else tail
-        return f"INSERT INTO {self.table} ({self.names}) SELECT * FROM unnest({arrays}) AS s({self.names}){where}{end}"
+        return (
+            f"INSERT INTO {self.table} ({self.names}) SELECT {self.names} FROM (SELECT {self.values}, r.i "
+            f"FROM jsonb_array_elements(${number}::jsonb) WITH ORDINALITY AS r(v, i)) AS s{where} ORDER BY s.i{end}"
+        )
 
-    def arrays(self, rows: list[dict[str, Any]]) -> list[list[Any]]:
-        """The rows' values, one list per column, bound as SQLAlchemy binds them."""
-        columns = []
-        for name, process in zip(self.columns, self.processors, strict=True):
-            values = [row[name] for row in rows]
-            columns.append(values if process is None else [process(value) for value in values])
-        return columns
+    def document(self, rows: list[dict[str, Any]]) -> str:
+        """The rows' values, bound as SQLAlchemy binds them, as the statement's JSON document."""
+        return values_document([self.bound(row) for row in rows])
+
+    def bound(self, row: dict[str, Any]) -> list[Any]:
+        values = list(self._pick(row)) if self._pick is not None else [row[self.columns[0]]]
+        for index, process in self._processed:
+            values[index] = process(values[index])
+        return values
+
+
+def values_document(rows: list[list[Any]]) -> str:
+    """Rows of values as one JSON document (orjson: datetimes as ISO 8601 with their offset, which PostgreSQL reads)."""
+    return orjson.dumps(rows).decode()
 
 
 class SaveStatement:
@@ -70,17 +89,17 @@ class SaveStatement:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        self.records = {new: Arrays(record_statement(dialect.name, new), records_table, dialect) for new in (True, False)}
-        self.events = Arrays(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
-        self.logged = Arrays(upsert_statement(dialect.name, events_table), events_table, dialect)
-        self.messages = Arrays(insert(messages_table), messages_table, dialect)
-        self._tasks: dict[Table, Arrays] = {}
+        self.records = {new: Rows(record_statement(dialect.name, new), records_table, dialect) for new in (True, False)}
+        self.events = Rows(insert(claim_events_table), claim_events_table, dialect, EVENT_COLUMNS)
+        self.logged = Rows(upsert_statement(dialect.name, events_table), events_table, dialect)
+        self.messages = Rows(insert(messages_table), messages_table, dialect)
+        self._tasks: dict[Table, Rows] = {}
         self._sql: dict[tuple[tuple[Table, ...], bool], str] = {}
 
-    def tasks(self, table: Table) -> Arrays:
+    def tasks(self, table: Table) -> Rows:
         arrays = self._tasks.get(table)
         if arrays is None:
-            arrays = self._tasks[table] = Arrays(upsert_statement(self._dialect.name, table), table, self._dialect)
+            arrays = self._tasks[table] = Rows(upsert_statement(self._dialect.name, table), table, self._dialect)
         return arrays
 
     def sql(self, tables: tuple[Table, ...], remembered: bool) -> str:
@@ -94,18 +113,18 @@ class SaveStatement:
         parts: list[str] = []
         first = 1
 
-        def part(name: str, arrays: Arrays, where: str = "", tail: str | None = None) -> None:
+        def part(name: str, rows: Rows, where: str = "", tail: str | None = None) -> None:
             nonlocal first
-            parts.append(f"{name} AS ({arrays.sql(first, where, tail)})")
-            first += len(arrays.columns)
+            parts.append(f"{name} AS ({rows.sql(first, where, tail)})")
+            first += 1
 
         if remembered:
             key = ", ".join(MESSAGE_KEY)
             parts.append(
-                f"m_keys AS (SELECT * FROM unnest(${first}::varchar[], ${first + 1}::varchar[], ${first + 2}::varchar[])"
-                f" AS k({key}))"
+                f"m_keys AS (SELECT (r->>0)::varchar AS agent, (r->>1)::varchar AS owner, (r->>2)::varchar AS message_id"
+                f" FROM jsonb_array_elements(${first}::jsonb) AS r)"
             )
-            first += 3
+            first += 1
             parts.append(
                 f"m_known AS (SELECT m.agent, m.owner, m.message_id, m.fingerprint, m.task_id, m.reply, m.session "
                 f"FROM {messages_table.name} AS m JOIN m_keys USING ({key}))"
@@ -122,8 +141,9 @@ class SaveStatement:
         parts.append(
             f"notices AS (SELECT pg_notify('{CHANNEL}', p.payload) FROM ("
             f"SELECT 't:' || task_id AS payload, 0 AS part, task_id AS key, 0 AS seq FROM written UNION ALL "
-            f"SELECT n.payload, 1, '', n.seq FROM unnest(${first}::varchar[], ${first + 1}::text[], ${first + 2}::int[])"
-            f" AS n(task_id, payload, seq) WHERE n.task_id IN ({WRITTEN})) AS p ORDER BY p.part, p.key, p.seq)"
+            f"SELECT n.payload, 1, '', n.seq FROM (SELECT (r->>0)::varchar AS task_id, (r->>1)::text AS payload, "
+            f"(r->>2)::int AS seq FROM jsonb_array_elements(${first}::jsonb) AS r) AS n "
+            f"WHERE n.task_id IN ({WRITTEN})) AS p ORDER BY p.part, p.key, p.seq)"
         )
         none = "NULL::varchar, NULL::varchar, NULL::varchar, NULL::varchar, NULL::text, NULL::int"
         rows = [

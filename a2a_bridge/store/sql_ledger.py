@@ -106,6 +106,10 @@ class SqlLedger(SqlDeliveries):
         """On PostgreSQL the connection the group commit writes on, kept from one batch to the next (the batches run one
         at a time), so that a batch costs no checkout from the pool and no reset on its return; given back to the pool
         when a batch fails, and at close."""
+        self._writer_pid: int | None = None
+        """The backend process of `_writer` while this process holds it: the notices it sends are this process's own,
+        already told here when its batch committed (`_told_here`), and dropped when heard back. Only while held, so a
+        pid PostgreSQL gives to another backend later is never mistaken for it."""
 
     async def _init(self) -> None:
         if not self._ready:
@@ -124,7 +128,9 @@ class SqlLedger(SqlDeliveries):
             await self._session.take(session)
         return session
 
-    def _heard(self, payload: str) -> None:
+    def _heard(self, pid: int, payload: str) -> None:
+        if pid == self._writer_pid and payload[:2] in ("t:", "e:"):
+            return
         kind, task_id, *detail = payload.split(":", 2)
         if kind in ("t", "e"):
             self._tell_written([task_id])
@@ -176,6 +182,7 @@ class SqlLedger(SqlDeliveries):
     async def close(self) -> None:
         await self._writes.close()
         writer, self._writer = self._writer, None
+        self._writer_pid = None
         if writer is not None:
             await writer.close()
         await self._session.drop()
@@ -445,13 +452,25 @@ class SqlLedger(SqlDeliveries):
             return
         assert self._pg is not None
         conn, self._writer = self._writer or await self.engine.connect(), None
+        if self._writer_pid is None:
+            self._writer_pid = (await conn.get_raw_connection()).driver_connection.get_server_pid()
         try:
-            await self._pg.run(conn, saves, remembered, results, changes)
+            written = await self._pg.run(conn, saves, remembered, results, changes)
         except BaseException:
+            self._writer_pid = None
             with contextlib.suppress(Exception):  # a lost connection may fail to close; the pool drops it either way
                 await conn.close()
             raise
         self._writer = conn
+        self._told_here(sorted({task_id for task_id, _ in written}))
+
+    def _told_here(self, task_ids: list[str]) -> None:
+        """The "t" notices of a batch this process committed, told to its own listeners as its NOTIFYs would be (the
+        rest of what hearing them did, `_tell_written` and `_announce`, `_write_batch` does): a turn's claim-only write
+        wakes a waiter here as before. Its "e" notices are not: a feed here that follows the task rereads the log."""
+        for task_id in task_ids:
+            for notice in self._notices:
+                notice("t", task_id, "")
 
     async def _write_one(self, write: Write) -> Outcome:
         """A write alone; a message another replica inserted first is answered from its row."""

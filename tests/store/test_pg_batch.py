@@ -124,3 +124,40 @@ def test_a_refused_batch_is_rolled_back_and_raised_as_sqlalchemy_raises_it(pg_ur
     error, good, bad = asyncio.run(asyncio.wait_for(refused_batch(pg_url), 60))
     assert isinstance(error, DBAPIError), error
     assert good and not bad
+
+
+async def own_notices(url: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """A save with an event-log row, then a notice from another connection. Returns what the ledger's listeners were
+    told up to that notice, and what another listener heard of the save."""
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
+        await ledger.start_session(datetime.now(UTC))
+        told: list[tuple[str, str]] = []
+        marker = asyncio.get_running_loop().create_future()
+
+        def notice(kind: str, task_id: str, _detail: str) -> None:
+            told.append((kind, task_id))
+            if kind == "r" and not marker.done():
+                marker.set_result(None)
+
+        ledger.on_notice(notice)
+        other = await asyncpg.connect(url)
+        heard: list[str] = []
+        await other.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+        task_id = str(uuid.uuid4())
+        await ledger.save(
+            store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [], new=True,
+            log=[(1, '{"n": 1}')],
+        )
+        await other.execute(f"SELECT pg_notify('{CHANNEL}', 'r:marker')")
+        await marker  # delivered after the save's own notices: those were heard (and dropped) before it
+        await other.close()
+        return told, heard
+
+
+def test_a_replica_drops_its_own_notices_and_tells_its_listeners_itself(pg_url: str) -> None:
+    told, heard = asyncio.run(asyncio.wait_for(own_notices(pg_url), 60))
+    task_id = told[0][1]
+    assert told == [("t", task_id), ("r", "marker")], "each write told once, at commit, and no own event notice"
+    assert [payload.split(":")[0] for payload in heard[:2]] == ["t", "e"], "another replica hears both"
