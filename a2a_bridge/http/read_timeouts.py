@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from a2a_bridge.http.one_write import OneWriteProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +31,10 @@ def timeout_answer(limit: str, seconds: float, default_headers: list[tuple[bytes
     return b"".join(head) + body
 
 
-class ReadTimeouts(OneWriteProtocol):
-    """uvicorn's httptools protocol (an answer's head written with its body: `one_write`) with the head and body
-    timers; `timed` makes one with its timeouts. The parser's callbacks only note what the connection waits for; the
-    timer is armed once the data at hand is parsed, so a request that arrives whole in one read (the usual case) arms
-    no timer at all."""
+class ReadTimeouts(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the head and body timers; `timed` makes one with its timeouts. The parser's
+    callbacks only note what the connection waits for; the timer is armed once the data at hand is parsed, so a request
+    that arrives whole in one read (the usual case) arms no timer at all."""
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
