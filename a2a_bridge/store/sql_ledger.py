@@ -453,7 +453,9 @@ class SqlLedger(SqlDeliveries):
         assert self._pg is not None
         conn, self._writer = self._writer or await self.engine.connect(), None
         if self._writer_pid is None:
-            self._writer_pid = (await conn.get_raw_connection()).driver_connection.get_server_pid()
+            driver = (await conn.get_raw_connection()).driver_connection
+            self._writer_pid = driver.get_server_pid()
+            driver.add_termination_listener(self._writer_gone)
         try:
             written = await self._pg.run(conn, saves, remembered, results, changes)
         except BaseException:
@@ -463,6 +465,11 @@ class SqlLedger(SqlDeliveries):
             raise
         self._writer = conn
         self._told_here(sorted({task_id for task_id, _ in written}))
+
+    def _writer_gone(self, _connection: object) -> None:
+        """The writer's backend ended (killed, or its connection lost while idle): its pid may go to another backend,
+        whose notices are not this process's."""
+        self._writer_pid = None
 
     def _told_here(self, task_ids: list[str]) -> None:
         """The "t" notices of a batch this process committed, told to its own listeners as its NOTIFYs would be (the

@@ -161,3 +161,28 @@ def test_a_replica_drops_its_own_notices_and_tells_its_listeners_itself(pg_url: 
     task_id = told[0][1]
     assert told == [("t", task_id), ("r", "marker")], "each write told once, at commit, and no own event notice"
     assert [payload.split(":")[0] for payload in heard[:2]] == ["t", "e"], "another replica hears both"
+
+
+async def writer_killed(url: str) -> tuple[int | None, int | None]:
+    """A save, then the writer's backend terminated from another connection. Returns the pid filtered before, and
+    after the termination was seen (or the deadline passed)."""
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
+        await ledger.start_session(datetime.now(UTC))
+        task_id = str(uuid.uuid4())
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 1), [], new=True)
+        before = ledger._writer_pid  # type: ignore[attr-defined]
+        other = await asyncpg.connect(url)
+        await other.execute("SELECT pg_terminate_backend($1)", before)
+        await other.close()
+        deadline = asyncio.get_running_loop().time() + 10
+        while ledger._writer_pid is not None and asyncio.get_running_loop().time() < deadline:  # type: ignore[attr-defined]
+            await asyncio.sleep(0.02)
+        return before, ledger._writer_pid  # type: ignore[attr-defined]
+
+
+def test_a_killed_writer_backend_no_longer_filters_its_pid(pg_url: str) -> None:
+    before, after = asyncio.run(asyncio.wait_for(writer_killed(pg_url), 60))
+    assert before is not None, "the writer's pid is filtered while it is held"
+    assert after is None, "once its backend ends, a pid PostgreSQL may give another backend is heard again"
