@@ -1,5 +1,6 @@
 """Test support: a real `a2a-bridge serve` process on 127.0.0.1, and polling with a deadline."""
 
+import asyncio
 import contextlib
 import json
 import os
@@ -55,6 +56,17 @@ def wait_for(check: Callable[[], T | None], timeout: float = 10.0, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+async def eventually(check: Callable[[], object], what: str, timeout: float = 20.0, interval: float = 0.02) -> None:
+    """`wait_for` inside an event loop: poll `check` without blocking the loop (whose server must go on), or fail after
+    `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 class ServerProcess:

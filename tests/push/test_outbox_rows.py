@@ -38,7 +38,7 @@ from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logg
 from a2a_bridge.push.config_rows import config_row
 from a2a_bridge.push.attempts import IDS, delivery_id
 from a2a_bridge.store.stores import StoreConfig, Stores
-from tests.support import A2A
+from tests.support import A2A, eventually
 
 RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
 
@@ -103,9 +103,7 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
     afterwards."""
 
     async def check() -> None:
-        stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'bridge.db'}"))
-        security = SecurityConfig(webhook_networks=(parse_network("127.0.0.1/32", "test"),))
-        bridge = Bridge(sample_agents(pace=0.01), stores, SystemClock(), lambda: str(uuid.uuid4()), security=security)
+        bridge = bridge_on(tmp_path / "bridge.db")
         calls: list[str] = []
         ledger, host = bridge.ledger, bridge.agents["test-runner"].host
         assert host.push is not None and host.push_store is not None
@@ -117,12 +115,10 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
             async with bridge.lifespan(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://bridge.test", headers=A2A, timeout=30
             ) as client:
-                message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": RUN}]}
-                config = {"url": f"{receiver.base}/hook", "id": "hook-1"}
-                params = {"message": message, "configuration": {"taskPushNotificationConfig": config}}
-                answer = await rpc(client, "SendStreamingMessage", params)
+                answer = await rpc(client, "SendStreamingMessage", pushed(receiver))
                 frames = [json.loads(line[5:])["result"] for line in answer.text.splitlines() if line.startswith("data:")]
-                await ended(receiver)  # the stream may end before its last save commits, whose events drain awaits
+                # the stream may end before its last save commits, whose events drain awaits
+                await eventually(lambda: any(b"TASK_STATE_COMPLETED" in d.body for d in receiver.received()), "the task's end")
                 await host.push.drain()
                 listed = await rpc(client, "ListTaskPushNotificationConfigs", {"taskId": frames[0]["task"]["id"]})
                 configs = listed.json()["result"]["configs"]
@@ -137,12 +133,18 @@ def test_a_message_with_a_push_config_costs_no_outbox_transaction_nor_read_of_it
     asyncio.run(check())
 
 
-async def ended(receiver: WebhookReceiver, timeout: float = 20.0) -> None:
-    """Poll until the receiver got a task's end (it answers on a thread of its own)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not any(b"TASK_STATE_COMPLETED" in delivery.body for delivery in receiver.received()):
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting for the task's end"
-        await asyncio.sleep(0.02)
+def bridge_on(database: Path) -> Bridge:
+    """The sample agents on a SQLite file, webhooks to 127.0.0.1 allowed."""
+    stores = Stores(StoreConfig.parse(f"sqlite:///{database}"))
+    security = SecurityConfig(webhook_networks=(parse_network("127.0.0.1/32", "test"),))
+    return Bridge(sample_agents(pace=0.01), stores, SystemClock(), lambda: str(uuid.uuid4()), security=security)
+
+
+def pushed(receiver: WebhookReceiver) -> dict[str, Any]:
+    """SendMessage's params: a new message asking to run the tests, with one push config to the receiver's /hook."""
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": RUN}]}
+    config = {"url": f"{receiver.base}/hook", "id": "hook-1"}
+    return {"message": message, "configuration": {"taskPushNotificationConfig": config}}
 
 
 async def rpc(client: httpx.AsyncClient, method: str, params: dict[str, Any]) -> httpx.Response:

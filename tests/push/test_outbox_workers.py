@@ -3,38 +3,17 @@ waited for: a process that dies after a post, before the drop of its delivery co
 the next process sends the same events again, with the same ids, in order: none is lost."""
 
 import asyncio
-import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from a2a_bridge.agents.catalog import sample_agents
-from a2a_bridge.app import Bridge
 from a2a_bridge.capture.replay import WebhookReceiver
-from a2a_bridge.core.clock import SystemClock
-from a2a_bridge.core.config import SecurityConfig, parse_network
 from a2a_bridge.push.workers import Workers
 from a2a_bridge.store.push_rows import Change, Drop
-from a2a_bridge.store.stores import StoreConfig, Stores
-from tests.support import A2A
+from tests.push.test_outbox_rows import bridge_on, pushed, rpc
+from tests.support import A2A, eventually
 
-RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
 TERMINAL = b"TASK_STATE_COMPLETED"
-
-
-def bridge_on(database: Path) -> Bridge:
-    stores = Stores(StoreConfig.parse(f"sqlite:///{database}"))
-    security = SecurityConfig(webhook_networks=(parse_network("127.0.0.1/32", "test"),))
-    return Bridge(sample_agents(pace=0.01), stores, SystemClock(), lambda: str(uuid.uuid4()), security=security)
-
-
-async def until(check: Any, what: str, timeout: float = 20.0) -> None:
-    """Poll `check` until it holds (the receiver answers on a thread of its own)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def sent(receiver: WebhookReceiver) -> list[tuple[int, str, bool]]:
@@ -67,13 +46,9 @@ def test_a_drop_lost_with_its_process_sends_the_events_again_with_the_same_ids(t
             async with first.lifespan(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://bridge.test", headers=A2A, timeout=30
             ) as client:
-                message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": RUN}]}
-                config = {"url": f"{receiver.base}/hook", "id": "hook-1"}
-                params = {"message": message, "configuration": {"taskPushNotificationConfig": config}}
-                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
-                answer = (await client.post("/test-runner/a2a/jsonrpc", json=body)).json()
+                answer = (await rpc(client, "SendMessage", pushed(receiver))).json()
                 task_id = answer["result"]["task"]["id"]
-                await until(lambda: any(end for _, _, end in sent(receiver)), "the end posted by the first process")
+                await eventually(lambda: any(end for _, _, end in sent(receiver)), "the end posted by the first process")
             before = sent(receiver)
             assert [end for _, _, end in before].count(True) == 1, before
             rows = await bridge_on(database).ledger.deliveries("test-runner", task_id=task_id)
@@ -84,7 +59,7 @@ def test_a_drop_lost_with_its_process_sends_the_events_again_with_the_same_ids(t
             async with second.lifespan(app):
                 host = second.agents["test-runner"].host
                 assert host.push is not None
-                await until(lambda: len(sent(receiver)) > len(before), "the posts of the next process")
+                await eventually(lambda: len(sent(receiver)) > len(before), "the posts of the next process")
                 await host.push.drain()
                 assert await second.ledger.deliveries("test-runner", task_id=task_id) == []
             again = sent(receiver)[len(before):]
