@@ -15,7 +15,7 @@ from typing import NamedTuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_bridge.core.auth import Principal, bearer_of
 from a2a_bridge.http.agent_mounts import AgentMounts
@@ -23,6 +23,7 @@ from a2a_bridge.http.direct_rpc import DirectRpc, steps_aside
 from a2a_bridge.http.json_bodies import json_headers
 from a2a_bridge.http.limits import PARSED_BODY, SEND_METHODS, RequestLimits, starts_task
 from a2a_bridge.http.media_type import JSON_TYPES, PLAIN_JSON, Heads, answer_type, essence, relabelled
+from a2a_bridge.http.request_body import ClientGone, body_message, read_body, replayed
 from a2a_bridge.http.request_guard import host_allowed, well_formed_host
 from a2a_bridge.http.shutdown import UNAVAILABLE, Draining
 from a2a_bridge.store.storable import parse
@@ -168,22 +169,12 @@ class FrontDoor:
     ) -> Answer | Receive | None:
         """The direct path's answer; or, for a request the direct path or a layer in front of it would treat
         otherwise, a receive that hands the chain the body as it arrived; None when the client left while sending."""
-        messages: list[Message] = []
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None
-            messages.append(message)
-            chunk = message.get("body", b"")
-            chunks.append(chunk)
-            size += len(chunk)
-            more = message.get("more_body", False)
-            if size > agent.limits.limits.max_body_bytes:
-                return replayed(messages, receive)
-        body = b"".join(chunks)
+        try:
+            messages, body = await read_body(receive, agent.limits.limits.max_body_bytes)
+        except ClientGone:
+            return None
+        if body is None:
+            return replayed(messages, receive)
         parsed, unreadable, flaw = parse(body)
         method = parsed.get("method") if isinstance(parsed, dict) else None
         if unreadable or flaw is not None or not isinstance(method, str) or method not in agent.rpc.methods:
@@ -208,20 +199,3 @@ class FrontDoor:
 
 
 PLAIN = PLAIN_JSON.encode()
-
-
-def body_message(body: bytes) -> Message:
-    return {"type": "http.request", "body": body, "more_body": False}
-
-
-def replayed(messages: list[Message], receive: Receive) -> Receive:
-    """A receive that hands on `messages`, then what the server sends next."""
-    pending = list(reversed(messages))
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop()
-        return await receive()
-
-    return replay
-

@@ -15,11 +15,12 @@ from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.utils.error_handlers import build_rest_error_payload
 from a2a.utils.errors import A2AError, InvalidRequestError
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_bridge.core import errors
 from a2a_bridge.core.auth import route_path
 from a2a_bridge.core.config import Limits
+from a2a_bridge.http.request_body import ClientGone, body_message, read_body, replayed
 from a2a_bridge.store.ledger import MemoryLedger
 from a2a_bridge.store.stored_bytes import StoredBytes
 from a2a_bridge.store.storable import NUL, Flaw, parse
@@ -44,10 +45,6 @@ RATE_REFUSAL = ("Too many tasks started in the last minute", "max_tasks_per_minu
 INVALID_JSON = "Invalid JSON payload"
 PARSED_BODY = "a2a_bridge.parsed_body"
 """The scope key under which `RequestLimits` leaves the body it parsed (None when empty or not JSON) for the app."""
-
-
-class ClientGone(Exception):
-    """The client disconnected before its body arrived whole."""
 
 
 class StreamSlots:
@@ -184,7 +181,7 @@ class RequestLimits:
         )
         kind = STREAM if streaming else WAIT if long_poll(scope, path) else ""
         scope[PARSED_BODY] = parsed
-        replay = _replaying(body, receive)
+        replay = replayed([body_message(body)], receive)
         if not kind and not sending:
             await self.app(scope, replay, send)
             return
@@ -218,20 +215,7 @@ class RequestLimits:
                         return None
                 except ValueError:
                     return None
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        return b"".join(chunks)
+        return (await read_body(receive, limit))[1]
 
     async def _refuse(
         self, scope: Scope, receive: Receive, send: Send, rpc: bool, status: int, message: str, limit: str
@@ -273,18 +257,3 @@ class RequestLimits:
                 "Request payload validation error", data={"field": flaw.path, "reason": flaw.reason}
             )
         await JSONResponse(build_error_response(valid_id, error))(scope, receive, send)
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app the body already read, then passes on what the server sends next (a
-    disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
