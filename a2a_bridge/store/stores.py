@@ -88,8 +88,19 @@ PG_POOL = {"pool_size": 20, "max_overflow": 0}
 """PostgreSQL connections a process keeps, and the most it opens: all of them kept, for SQLAlchemy closes each
 overflow connection as it comes back, and under load (32 requests at once) that forked a PostgreSQL backend every
 ten requests or so, doubling the database's CPU per SendMessage (docs/PERFORMANCE.md, PostgreSQL)."""
+IDLE_IN_TRANSACTION = 10.0
+"""Seconds PostgreSQL lets a transaction of this process sit open with no statement running before it ends the
+session: a process paused or cut off inside a transaction (a GC pause, a frozen VM, a partition) holds its row locks
+that long at most, so the live replicas' writes waiting on them go on, and its own commit fails when it wakes. The
+bridge's transactions wait on nothing but their own statements."""
 WORKER_EXIT = 5.0
 """Seconds a SQLite connection that did not open waits for aiosqlite's worker thread to end."""
+
+
+def pg_settings(config: "StoreConfig") -> dict[str, Any]:
+    """asyncpg's arguments for each PostgreSQL connection: the session settings the bridge relies on."""
+    idle = str(round(config.idle_in_transaction * 1000))
+    return {"server_settings": {"idle_in_transaction_session_timeout": idle}}
 
 
 def sqlite_connector(url: str, connect_args: dict[str, Any]) -> Callable[[], Awaitable[aiosqlite.Connection]]:
@@ -148,6 +159,7 @@ class StoreConfig:
     """A parsed `--store` value: `memory`, `sqlite:///PATH` or `postgresql://…`."""
 
     url: str | None
+    idle_in_transaction: float = IDLE_IN_TRANSACTION
 
     @classmethod
     def parse(cls, value: str) -> "StoreConfig":
@@ -187,7 +199,7 @@ class Stores:
             kwargs: dict[str, Any] = {
                 "async_creator": sqlite_connector(config.url, {"timeout": 30}), "pool_size": 1, "max_overflow": 0,
                 "pool_reset_on_return": None, "json_serializer": column_json,
-            } if sqlite else {**PG_POOL, "json_serializer": column_json}
+            } if sqlite else {**PG_POOL, "json_serializer": column_json, "connect_args": pg_settings(config)}
             self.engine = self.reader = create_async_engine(config.url, **kwargs)
             if not sqlite:
                 self.reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")

@@ -1,9 +1,16 @@
 """The store's connections on PostgreSQL: the process keeps those it opened under load (none closed as it comes back
-to be opened again for the next request), and a read is its one statement, outside any transaction."""
+to be opened again for the next request), a read is its one statement, outside any transaction, and a transaction
+left open by a paused process is ended by PostgreSQL, its locks freed."""
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 
@@ -69,3 +76,74 @@ async def in_transaction_after_read(url: str) -> bool:
 
 def test_a_read_is_one_statement_without_a_transaction_around_it(pg_url: str) -> None:
     assert asyncio.run(in_transaction_after_read(pg_url)) is False
+
+
+PAUSED = """
+import asyncio, dataclasses, os, signal, sys
+from sqlalchemy import text
+from a2a_bridge.store.stores import StoreConfig, Stores
+
+async def main() -> None:
+    stores = Stores(dataclasses.replace(StoreConfig.parse(sys.argv[1]), idle_in_transaction=float(sys.argv[2])))
+    try:
+        async with stores.engine.connect() as conn:
+            await conn.execute(text("UPDATE paused SET n = n + 1 WHERE id = 1"))
+            print("locked", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            await conn.commit()
+        print("committed", flush=True)
+    except Exception as error:
+        print("ended:", type(error).__name__, flush=True)
+    finally:
+        await stores.close()
+
+asyncio.run(main())
+"""
+"""A process that updates a row inside a transaction, stops itself (SIGSTOP) before committing, and says on waking
+whether its commit went through."""
+IDLE = 1.0
+"""The paused process's `idle_in_transaction`: seconds before PostgreSQL ends its open transaction."""
+
+
+def stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+async def paused_in_transaction(url: str) -> tuple[float, str, int]:
+    """Seconds another connection's update of the row waited, what the paused process said on waking, the row."""
+    admin = await asyncpg.connect(url)
+    child: subprocess.Popen[str] | None = None
+    try:
+        await admin.execute("CREATE TABLE paused (id int PRIMARY KEY, n int NOT NULL); INSERT INTO paused VALUES (1, 0)")
+        child = subprocess.Popen([sys.executable, "-c", PAUSED, url, str(IDLE)], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        assert await asyncio.to_thread(child.stdout.readline) == "locked\n"
+        deadline = time.monotonic() + 10
+        while not stopped(child.pid):
+            assert time.monotonic() < deadline, "the process did not stop"
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(admin.execute("UPDATE paused SET n = n + 10 WHERE id = 1"), 8 * IDLE)
+        except TimeoutError:
+            return float("inf"), "", -1
+        waited = time.monotonic() - started
+        child.send_signal(signal.SIGCONT)
+        said, _ = await asyncio.to_thread(child.communicate, timeout=30)
+        return waited, said.strip(), int(await admin.fetchval("SELECT n FROM paused WHERE id = 1"))
+    finally:
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            child.wait()
+        await admin.close()
+
+
+def test_a_transaction_left_open_by_a_paused_process_is_ended_and_its_row_locks_freed(pg_url: str) -> None:
+    """A replica paused (SIGSTOP) inside a transaction holds its row locks only until PostgreSQL ends its session
+    (`idle_in_transaction`): another connection's write of the row waits about that long, not until the paused one
+    wakes; the paused one's write is rolled back and its commit fails when it wakes."""
+    waited, said, n = asyncio.run(paused_in_transaction(pg_url))
+    assert waited < 8 * IDLE, "the update waited on the paused process's lock until it woke"
+    assert said.startswith("ended:"), f"the paused process's commit went through: {said!r}"
+    assert n == 10, "only the live connection's update stands"
