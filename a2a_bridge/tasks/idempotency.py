@@ -108,7 +108,8 @@ class Retries:
         self, sent: SentMessage, request: SendMessageRequest, context: ServerCallContext, listener: Listener
     ) -> str | None:
         """Feed the listener for a retry and return the task id; None while the first send is still on its way to its
-        task, here or on a replica that lives."""
+        task, here or on a replica that lives. A turn on another replica that ended between the read and the join is
+        answered as it ended, not as first read."""
         message = request.message
         if sent.reply is not None:
             listener.turn = REPLAYED
@@ -125,8 +126,12 @@ class Retries:
         if found is not None and carries(found[1], message):
             record, task = found
             owner = owner_context(record.owner)
-            if self.host.ledger.shared and await self.host.replicas.join(task_id, owner, listener, message.message_id):
-                return task_id
+            if self.host.ledger.shared:
+                if await self.host.replicas.join(task_id, owner, listener, message.message_id):
+                    return task_id
+                now = await self.host.read(task_id, context)
+                if now is not None:
+                    task = now[1]
             listener.turn = REPLAYED
             listener.queue.put_nowait(task)
             listener.queue.put_nowait(TurnEnded(task))

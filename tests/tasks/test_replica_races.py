@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TaskState
 from a2a_bridge.agents.base import Emitter
 from a2a_bridge.app import AgentSpec, Bridge
 from a2a_bridge.core.clock import SystemClock
+from a2a_bridge.store.ledger import HELD
 from a2a_bridge.store.ledger_tables import SESSION_LOCKS
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.claim_support import FULL_SUITE
@@ -188,6 +190,65 @@ def test_the_same_message_sent_to_two_replicas_runs_once(pg_database: str) -> No
             if "lines" in joined and (joined["lines"] != LINES or len(joined["arrived"]) != len(set(joined["arrived"]))):
                 problems.append(f"{message_id}: the stream on B folded to {joined['lines']} (arrived {joined['arrived']})")
         assert not problems, "\n".join(problems)
+
+
+class Gate(AgentExecutor):
+    """WORKING, then waits until `release` is set, then COMPLETED; `started` is set once it runs."""
+
+    repeat_safe = True
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        out = Emitter(event_queue, context, lambda: str(uuid.uuid4()))
+        await out.status(TaskState.TASK_STATE_WORKING, "working")
+        self.started.set()
+        await asyncio.to_thread(self.release.wait, 30)
+        await out.status(TaskState.TASK_STATE_COMPLETED, "done")
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await Emitter(event_queue, context, lambda: str(uuid.uuid4())).status(TaskState.TASK_STATE_CANCELED, "canceled")
+
+
+def test_a_retry_whose_turn_ends_on_another_replica_while_it_looks_gets_the_end(pg_database: str) -> None:
+    """The same message sent to B while its turn runs on A, the turn ending between B's read of the task (working,
+    claimed) and B's join of that turn: B answers the task as it ended, not the read before."""
+    gate = Gate()
+    staged = threading.Event()
+    bridges = [
+        Bridge([AgentSpec("chunks", chunks_card(), gate)], Stores(StoreConfig.parse(pg_database)), SystemClock(), lambda: str(uuid.uuid4()))
+        for _ in range(2)
+    ]
+    host = bridges[1].agents["chunks"].host
+    read = host.read
+
+    async def read_then_end(task_id: str, context: Any) -> Any:
+        """B's first read of the running task, returned once A's turn has ended after it."""
+        found = await read(task_id, context)
+        if found is None or staged.is_set() or found[0].claim.state not in HELD:
+            return found
+        staged.set()
+        gate.release.set()
+        deadline = time.monotonic() + 20
+        while (record := await host.ledger.get(task_id)) is not None and record.claim.state in HELD:
+            assert time.monotonic() < deadline, "the turn on A did not end"
+            await asyncio.sleep(0.02)
+        return found
+
+    host.read = read_then_end  # type: ignore[method-assign]
+    with contextlib.ExitStack() as stack:
+        a, b = (stack.enter_context(serve_in_thread(bridge.app())) + "/chunks" for bridge in bridges)
+        message = user_message("go", f"late-{uuid.uuid4()}")
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(rpc, a, "SendMessage", {"message": message})
+            assert gate.started.wait(20), "the turn did not start on A"
+            second = rpc(b, "SendMessage", {"message": message})
+            answered = first.result(30)
+    assert staged.is_set(), "B never read the task while A's turn ran"
+    states = [reply["result"]["task"]["status"]["state"] for reply in (answered, second)]
+    assert states == ["TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"], f"replies {states}"
 
 
 def fold(frames: list[dict[str, Any]]) -> tuple[str, list[str], list[str]]:
