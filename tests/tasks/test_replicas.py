@@ -36,7 +36,9 @@ machine (a cancel reaches the other replica through a few queries of each)."""
 
 @dataclass
 class Executions:
-    """Every execute() call across replicas: (task id, text, replica, start, end), thread-safe."""
+    """Every execute() call across replicas: (task id, text, replica, start, end), thread-safe. A turn's end is when
+    its agent emits the status that ends it: the turn ends when that status is stored, which is inside the emit, so
+    the next turn may start before the emit returns to the agent."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     spans: list[tuple[str, str, str, float, float]] = field(default_factory=list)
@@ -64,17 +66,20 @@ class Turns(AgentExecutor):
         text = context.get_user_input()
         out = Emitter(event_queue, context, lambda: str(uuid.uuid4()))
         start = time.monotonic()
+        last: float | None = None
         try:
             await out.status(TaskState.TASK_STATE_WORKING, f"working on {text}")
             if text == "stubborn":
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(TURN_SECONDS)
+                last = time.monotonic()
                 await out.status(TaskState.TASK_STATE_COMPLETED, "finished anyway")
                 return
             await asyncio.sleep(TURN_SECONDS)
+            last = time.monotonic()
             await out.status(TaskState.TASK_STATE_INPUT_REQUIRED, f"echo: {text}")
         finally:
-            self.executions.add((context.task_id or "", text, self.replica, start, time.monotonic()))
+            self.executions.add((context.task_id or "", text, self.replica, start, last or time.monotonic()))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         await Emitter(event_queue, context, lambda: str(uuid.uuid4())).status(TaskState.TASK_STATE_CANCELED, "canceled")
@@ -119,17 +124,20 @@ class StockTurns(AgentExecutor):
         text = context.get_user_input()
         updater = await open_task(context, event_queue)
         start = time.monotonic()
+        last: float | None = None
         try:
             await updater.start_work()
             if text == "stubborn":
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(TURN_SECONDS)
+                last = time.monotonic()
                 await updater.complete(updater.new_agent_message([Part(text="finished anyway")]))
                 return
             await asyncio.sleep(TURN_SECONDS)
+            last = time.monotonic()
             await updater.requires_input(updater.new_agent_message([Part(text=f"echo: {text}")]))
         finally:
-            self.executions.add((context.task_id or "", text, self.replica, start, time.monotonic()))
+            self.executions.add((context.task_id or "", text, self.replica, start, last or time.monotonic()))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
