@@ -15,8 +15,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 
-from tests.support import free_port, rpc, user_message
+from tests.support import A2A, free_port, rpc, user_message
 
 RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
 TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
@@ -134,15 +135,18 @@ class Receiver:
         return sum(1 for p in self.history() if p.status is None)
 
 
-def start_tasks(base: str, hook: str, count: int) -> list[str]:
-    """`count` test-runner tasks, each with a push config to `hook`, sent without waiting for them."""
+def start_tasks(base: str, hook: str, count: int, timeout: float = 30.0) -> list[str]:
+    """`count` test-runner tasks, each with a push config to `hook`, sent without waiting for them (each SendMessage
+    answered within `timeout` seconds, or httpx's timeout raised)."""
     ids = []
-    for _ in range(count):
+    for n in range(count):
         params = {
             "message": user_message(RUN, str(uuid.uuid4())),
             "configuration": {"returnImmediately": True, "taskPushNotificationConfig": {"url": hook}},
         }
-        ids.append(rpc(base, "SendMessage", params)["result"]["task"]["id"])
+        body = {"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": params}
+        answer = httpx.post(f"{base}/a2a/jsonrpc", json=body, headers=A2A, timeout=timeout)
+        ids.append(answer.json()["result"]["task"]["id"])
     return ids
 
 

@@ -3,10 +3,14 @@ receiver recording every delivery (the history), faults injected (SIGSTOP past a
 mid-delivery behind a failing receiver), and the invariants checked over the history, the event log and, on
 PostgreSQL, every change of the outbox's rows with the replica that made it (tests/push_history.py)."""
 
+import contextlib
+import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.push_history import (
@@ -40,6 +44,27 @@ SLOW_DELAY = 6.5
 its hold (a run takes no event past half its 60 s hold), is still under way 30 s in, when a replica reading the hold
 on its own clock, 30 s ahead, would see it run out."""
 SLOW_FOR = 35.0
+LOCKED_ROW = """
+SELECT d.task_id FROM bridge_push_deliveries d
+WHERE NOT d.dead AND d.due_at <= clock_timestamp() AND (d.holder IS NULL OR d.held_until <= clock_timestamp())
+  AND EXISTS (SELECT 1 FROM bridge_events e WHERE e.task_id = d.task_id AND e.seq > d.delivered)
+  AND d.task_id NOT IN (SELECT task_id FROM bridge_push_deliveries FOR UPDATE SKIP LOCKED)
+"""
+"""A row another replica would take (free and due on what is committed) that a transaction still open has locked."""
+OPEN_TRANSACTION = """
+SELECT pid FROM pg_stat_activity WHERE usename = $1 AND state = 'idle in transaction'
+"""
+BLOCKED = """
+SELECT waiting.pid, left(waiting.query, 60) AS query FROM pg_stat_activity waiting, pg_stat_activity holding
+WHERE waiting.usename = $1 AND holding.usename = $2 AND holding.pid = ANY(pg_blocking_pids(waiting.pid))
+"""
+STOPS = 500
+"""SIGSTOPs of A at the most to land one inside such a transaction (a few dozen do, on a loaded 2-core machine)."""
+JITTER = 0.03
+LIVE_FOR = 3.0
+ANSWER = 10.0
+"""Seconds B has to answer each SendMessage while A is stopped (it answers in milliseconds when not stalled)."""
+"""Seconds replica B must go on taking tasks while A is stopped inside a transaction: three of its outbox's polls."""
 PAUSE = 11.0
 """Seconds the SQLite server stays stopped mid-delivery: past the webhook client's 10 s timeout (the answer to the post
 under way waits in its socket meanwhile), and several retries of its schedule fall due."""
@@ -147,6 +172,73 @@ def test_a_replica_30_s_ahead_takes_no_row_a_live_replica_holds(
         .check_deliveries()
         .check_rows(changes, {role_a, role_b})
         .check(any(c["role"] == role_a and is_hold(c) for c in changes), "A held no row: the test showed nothing")
+        .assert_none()
+    )
+
+
+def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
+    pg_database: str, two_roles: list[str], receiver: Receiver, tmp_path: Path
+) -> None:
+    """Replica A delivers a stream of tasks (fed without pause) and is SIGSTOPped, again and again until it stops
+    inside a transaction of its outbox (between two statements of a batch) that has locked a row replica B would take
+    (free and due as committed). B goes on meanwhile: its outbox takes nothing A's open transaction locked, none of its
+    connections waits on A's, and the tasks sent to it are stored and delivered. After SIGCONT every task's updates
+    arrive, in order, one id per event, and no row change breaks a fence."""
+    role_a, role_b = two_roles
+    receiver.up()
+    extra = [*LOOPBACK_WEBHOOKS, *RETRY]
+    a = ServerProcess(as_role(pg_database, role_a), pace=0.02, extra=extra, log=tmp_path / "a.log").start()
+    record_row_changes(pg_database)
+    b = ServerProcess(as_role(pg_database, role_b), pace=0.02, extra=extra, log=tmp_path / "b.log").start()
+    task_ids: list[str] = []
+    feeding = threading.Event()
+
+    def feed() -> None:
+        while not feeding.is_set():
+            with contextlib.suppress(httpx.TimeoutException):  # sent as A stopped for good: its task may be unknown
+                task_ids.extend(start_tasks(a.agent("test-runner"), receiver.url, 1))
+
+    feeders = [threading.Thread(target=feed, daemon=True) for _ in range(3)]
+    try:
+        for feeder in feeders:
+            feeder.start()
+        wait_for(lambda: len(receiver.history()) > 20, timeout=20, what="A delivering")
+        for _ in range(STOPS):
+            a.pause()
+            if pg_rows(pg_database, OPEN_TRANSACTION, role_a) and pg_rows(pg_database, LOCKED_ROW):
+                break
+            a.resume()
+            time.sleep(random.uniform(0, JITTER))  # the next stop at a random point of A's work
+        assert a.paused, f"A never stopped inside a transaction holding a row B would take in {STOPS} tries"
+        feeding.set()
+        locked = pg_rows(pg_database, LOCKED_ROW)
+        on_b: list[str] = []
+        stalled = None
+        live_until = time.monotonic() + LIVE_FOR
+        while time.monotonic() < live_until and stalled is None:
+            try:
+                on_b.extend(start_tasks(b.agent("test-runner"), receiver.url, 1, timeout=ANSWER))
+            except httpx.TimeoutException as error:
+                stalled = f"B's SendMessage unanswered in {ANSWER} s while A is stopped ({error!r})"
+        blocked = pg_rows(pg_database, BLOCKED, role_b, role_a)
+        if stalled is None:
+            wait_for(lambda: receiver.ended(on_b), timeout=20, what="B's tasks delivered while A is stopped")
+        a.resume()
+        for feeder in feeders:
+            feeder.join(30)  # its last SendMessage to A, answered once A runs again
+        task_ids += on_b
+        wait_for(lambda: receiver.ended(task_ids) and no_rows(pg_database), timeout=40, what="every delivery done")
+    finally:
+        feeding.set()
+        a.stop()
+        b.stop()
+    events = event_revisions(pg_rows(pg_database, "SELECT task_id, seq, body FROM bridge_events"))
+    (
+        Invariants(receiver.history(), events, task_ids)
+        .check_deliveries()
+        .check_rows(row_changes(pg_database), {role_a, role_b})
+        .check(stalled is None, str(stalled))
+        .check(not blocked, f"B's connections waited on A's open transaction: {[dict(r) for r in blocked]} (rows {locked})")
         .assert_none()
     )
 
