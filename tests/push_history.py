@@ -122,10 +122,6 @@ class Receiver:
         with self.lock:
             return list(self.posts)
 
-    def delivered(self, task_id: str) -> set[int]:
-        """The revisions of a task answered 2xx."""
-        return {p.revision for p in self.history() if p.task_id == task_id and p.status is not None and p.status < 300}
-
     def ended(self, task_ids: list[str]) -> bool:
         """Whether every task's terminal state was answered 2xx."""
         done = {p.task_id for p in self.history() if p.state in TERMINAL and p.status is not None and p.status < 300}
@@ -151,7 +147,8 @@ def start_tasks(base: str, hook: str, count: int, timeout: float = 30.0) -> list
 
 
 def all_ended(base: str, task_ids: list[str]) -> bool:
-    return all(rpc(base, "GetTask", {"id": t, "historyLength": 0})["result"]["status"]["state"] in TERMINAL for t in task_ids)
+    states = [rpc(base, "GetTask", {"id": t, "historyLength": 0})["result"]["status"]["state"] for t in task_ids]
+    return set(states) <= TERMINAL
 
 
 def event_revisions(bodies: list[tuple[str, int, str]]) -> dict[str, list[int]]:
@@ -209,7 +206,8 @@ def roles(database: str, count: int) -> Iterator[list[str]]:
 
 ROW_HISTORY = """
 CREATE TABLE test_row_history (
-    id BIGSERIAL PRIMARY KEY, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), role TEXT NOT NULL DEFAULT current_user,
+    id BIGSERIAL PRIMARY KEY, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    role TEXT NOT NULL DEFAULT current_user,
     op TEXT NOT NULL, task_id TEXT NOT NULL, config_id TEXT NOT NULL,
     old_holder INTEGER, old_holds INTEGER, old_delivered INTEGER, old_held_until TIMESTAMPTZ,
     new_holder INTEGER, new_holds INTEGER, new_delivered INTEGER, new_held_until TIMESTAMPTZ, new_attempts INTEGER,
@@ -218,7 +216,8 @@ CREATE TABLE test_row_history (
 CREATE FUNCTION test_row_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO test_row_history (op, task_id, config_id, new_holder, new_holds, new_delivered, new_attempts, new_dead)
+        INSERT INTO test_row_history (op, task_id, config_id, new_holder, new_holds, new_delivered, new_attempts,
+                                      new_dead)
         VALUES ('insert', NEW.task_id, NEW.config_id, NEW.holder, NEW.holds, NEW.delivered, NEW.attempts, NEW.dead);
     ELSIF TG_OP = 'UPDATE' THEN
         INSERT INTO test_row_history (op, task_id, config_id, old_holder, old_holds, old_delivered, old_held_until,
@@ -259,7 +258,9 @@ def sessions_of(changes: list[asyncpg.Record]) -> dict[str, set[int]]:
 
 
 def is_hold(change: asyncpg.Record) -> bool:
-    return change["op"] == "update" and change["new_holder"] is not None and change["new_holds"] == (change["old_holds"] or 0) + 1
+    """Whether a change took a hold (its count went up by one, a holder set)."""
+    taken = change["op"] == "update" and change["new_holder"] is not None
+    return taken and change["new_holds"] == change["old_holds"] + 1
 
 
 def row_violations(changes: list[asyncpg.Record], replicas: set[str]) -> list[str]:
@@ -282,7 +283,9 @@ def row_violations(changes: list[asyncpg.Record], replicas: set[str]) -> list[st
         if change["old_holder"] not in sessions.get(by, set()):
             found.append(f"{where}: the row was held by session {change['old_holder']}, not by {by} "
                          f"(sessions {sorted(sessions.get(by, set()))})")
-        if op == "update" and (change["new_holds"] < change["old_holds"] or change["new_delivered"] < change["old_delivered"]):
+        if op == "update" and (
+            change["new_holds"] < change["old_holds"] or change["new_delivered"] < change["old_delivered"]
+        ):
             found.append(f"{where}: holds {change['old_holds']}->{change['new_holds']}, delivered "
                          f"{change['old_delivered']}->{change['new_delivered']}")
     return found
@@ -331,7 +334,8 @@ class Invariants:
                 self.found.append(f"task {task_id[:8]}: first accepted out of order {accepted}")
             missing = sorted(set(self.events.get(task_id, [])) - set(accepted))
             if missing or not self.events.get(task_id):
-                self.found.append(f"task {task_id[:8]}: logged revisions {self.events.get(task_id)} never accepted: {missing}")
+                logged = self.events.get(task_id)
+                self.found.append(f"task {task_id[:8]}: logged revisions {logged} never accepted: {missing}")
             if not any(p.state in TERMINAL and p.status == 200 for p in mine):
                 self.found.append(f"task {task_id[:8]}: its terminal state was never accepted")
         return self

@@ -1,6 +1,6 @@
 """Push deliveries under pauses and skewed clocks (issue 30), Jepsen's way: real servers on 127.0.0.1, a loopback
-receiver recording every delivery (the history), faults injected (SIGSTOP past a hold, a clock 30 s ahead, SIGSTOP
-mid-delivery behind a failing receiver), and the invariants checked over the history, the event log and, on
+receiver recording every delivery (the history), faults injected (SIGSTOP past a hold, SIGSTOP inside a transaction
+of the outbox, a clock 30 s ahead, SIGSTOP mid-delivery behind a failing receiver), and the invariants checked over the history, the event log and, on
 PostgreSQL, every change of the outbox's rows with the replica that made it (tests/push_history.py)."""
 
 import contextlib
@@ -52,8 +52,11 @@ WHERE NOT d.dead AND d.due_at <= clock_timestamp() AND (d.holder IS NULL OR d.he
 """
 """A row another replica would take (free and due on what is committed) that a transaction still open has locked."""
 OPEN_TRANSACTION = """
-SELECT pid FROM pg_stat_activity WHERE usename = $1 AND state = 'idle in transaction'
+SELECT s.pid FROM pg_stat_activity s JOIN pg_locks l ON l.pid = s.pid
+WHERE s.usename = $1 AND s.state = 'idle in transaction' AND l.locktype = 'relation'
+  AND l.relation = 'bridge_push_deliveries'::regclass AND l.mode = 'RowExclusiveLock'
 """
+"""A backend of a role's in a transaction that has written the outbox's rows and waits for its next statement."""
 BLOCKED = """
 SELECT waiting.pid, left(waiting.query, 60) AS query FROM pg_stat_activity waiting, pg_stat_activity holding
 WHERE waiting.usename = $1 AND holding.usename = $2 AND holding.pid = ANY(pg_blocking_pids(waiting.pid))
@@ -61,10 +64,11 @@ WHERE waiting.usename = $1 AND holding.usename = $2 AND holding.pid = ANY(pg_blo
 STOPS = 500
 """SIGSTOPs of A at the most to land one inside such a transaction (a few dozen do, on a loaded 2-core machine)."""
 JITTER = 0.03
+"""Seconds A runs at the most between two of those SIGSTOPs (a random part of it: each lands at a random point)."""
 LIVE_FOR = 3.0
+"""Seconds replica B must go on taking tasks while A is stopped inside a transaction: three of its outbox's polls."""
 ANSWER = 10.0
 """Seconds B has to answer each SendMessage while A is stopped (it answers in milliseconds when not stalled)."""
-"""Seconds replica B must go on taking tasks while A is stopped inside a transaction: three of its outbox's polls."""
 PAUSE = 11.0
 """Seconds the SQLite server stays stopped mid-delivery: past the webhook client's 10 s timeout (the answer to the post
 under way waits in its socket meanwhile), and several retries of its schedule fall due."""
@@ -107,8 +111,9 @@ def test_a_replica_paused_past_its_hold_changes_nothing_when_it_wakes(
     extra = [*LOOPBACK_WEBHOOKS, *RETRY]
     a = ServerProcess(as_role(pg_database, role_a), pace=0.05, extra=extra, log=tmp_path / "a.log").start()
     record_row_changes(pg_database)
-    b = ServerProcess(as_role(pg_database, role_b), pace=0.05, extra=extra, log=tmp_path / "b.log").start()
+    b = ServerProcess(as_role(pg_database, role_b), pace=0.05, extra=extra, log=tmp_path / "b.log")
     try:
+        b.start()
         task_ids = start_tasks(a.agent("test-runner"), receiver.url, TASKS)
         wait_for(lambda: all_ended(a.agent("test-runner"), task_ids), timeout=30, what="the tasks to end")
         wait_for(lambda: receiver.gated == TASKS, timeout=30, what="a post of every task at the gate")
@@ -159,9 +164,9 @@ def test_a_replica_30_s_ahead_takes_no_row_a_live_replica_holds(
         b.start()  # while A's first runs are under way
         assert time.monotonic() < receiver.slow_until - 2 * SLOW_DELAY, "B started too late to see A's long holds"
         skew = clock_of(b) - clock_of(a)
-        assert SKEW - 2 <= skew <= SKEW + 2, f"B's clock is {skew:.0f} s ahead of A's, not {SKEW} s: libfaketime not applied"
+        assert SKEW - 2 <= skew <= SKEW + 2, f"B's clock is {skew:.0f} s ahead of A's, not {SKEW} s: no libfaketime"
         task_ids += start_tasks(b.agent("test-runner"), receiver.url, 1)
-        wait_for(lambda: receiver.ended(task_ids) and no_rows(pg_database), timeout=SLOW_FOR + 30, what="every delivery done")
+        wait_for(lambda: receiver.ended(task_ids) and no_rows(pg_database), timeout=SLOW_FOR + 30, what="all delivered")
     finally:
         a.stop()
         b.stop()
@@ -189,7 +194,7 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
     extra = [*LOOPBACK_WEBHOOKS, *RETRY]
     a = ServerProcess(as_role(pg_database, role_a), pace=0.02, extra=extra, log=tmp_path / "a.log").start()
     record_row_changes(pg_database)
-    b = ServerProcess(as_role(pg_database, role_b), pace=0.02, extra=extra, log=tmp_path / "b.log").start()
+    b = ServerProcess(as_role(pg_database, role_b), pace=0.02, extra=extra, log=tmp_path / "b.log")
     task_ids: list[str] = []
     feeding = threading.Event()
 
@@ -200,6 +205,7 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
 
     feeders = [threading.Thread(target=feed, daemon=True) for _ in range(3)]
     try:
+        b.start()
         for feeder in feeders:
             feeder.start()
         wait_for(lambda: len(receiver.history()) > 20, timeout=20, what="A delivering")
@@ -212,6 +218,7 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
         assert a.paused, f"A never stopped inside a transaction holding a row B would take in {STOPS} tries"
         feeding.set()
         locked = pg_rows(pg_database, LOCKED_ROW)
+        assert locked, "the locked row was locked by a transaction that ended, not by A's"
         on_b: list[str] = []
         stalled = None
         live_until = time.monotonic() + LIVE_FOR
@@ -238,7 +245,7 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
         .check_deliveries()
         .check_rows(row_changes(pg_database), {role_a, role_b})
         .check(stalled is None, str(stalled))
-        .check(not blocked, f"B's connections waited on A's open transaction: {[dict(r) for r in blocked]} (rows {locked})")
+        .check(not blocked, f"B's connections waited on A's transaction: {[dict(r) for r in blocked]} (rows {locked})")
         .assert_none()
     )
 
@@ -252,7 +259,8 @@ def test_a_server_stopped_mid_delivery_behind_a_failing_receiver_delivers_all_in
     receiver.answer, receiver.delay = 500, 0.2
     receiver.up()
     db = tmp_path / "b.db"
-    server = ServerProcess(f"sqlite:///{db}", pace=0.05, extra=[*LOOPBACK_WEBHOOKS, *RETRY], log=tmp_path / "s.log").start()
+    extra = [*LOOPBACK_WEBHOOKS, *RETRY]
+    server = ServerProcess(f"sqlite:///{db}", pace=0.05, extra=extra, log=tmp_path / "s.log").start()
     try:
         base = server.agent("test-runner")
         task_ids = start_tasks(base, receiver.url, TASKS)
@@ -267,7 +275,8 @@ def test_a_server_stopped_mid_delivery_behind_a_failing_receiver_delivers_all_in
         time.sleep(PAUSE)
         server.resume()
         wait_for(lambda: receiver.ended(task_ids), timeout=40, what="every terminal state")
-        wait_for(lambda: not sqlite_rows(str(db), "SELECT 1 FROM bridge_push_deliveries"), timeout=10, what="every row dropped")
+        rows = "SELECT 1 FROM bridge_push_deliveries"
+        wait_for(lambda: not sqlite_rows(str(db), rows), timeout=10, what="every row dropped")
     finally:
         server.stop()
     events = event_revisions(sqlite_rows(str(db), "SELECT task_id, seq, body FROM bridge_events"))
