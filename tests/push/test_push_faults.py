@@ -109,10 +109,11 @@ def test_a_replica_paused_past_its_hold_changes_nothing_when_it_wakes(
     receiver.delay, receiver.gate_after = DELAY, AHEAD
     receiver.up()
     extra = [*LOOPBACK_WEBHOOKS, *RETRY]
-    a = ServerProcess(as_role(pg_database, role_a), pace=0.05, extra=extra, log=tmp_path / "a.log").start()
-    record_row_changes(pg_database)
+    a = ServerProcess(as_role(pg_database, role_a), pace=0.05, extra=extra, log=tmp_path / "a.log")
     b = ServerProcess(as_role(pg_database, role_b), pace=0.05, extra=extra, log=tmp_path / "b.log")
     try:
+        a.start()
+        record_row_changes(pg_database)
         b.start()
         task_ids = start_tasks(a.agent("test-runner"), receiver.url, TASKS)
         wait_for(lambda: all_ended(a.agent("test-runner"), task_ids), timeout=30, what="the tasks to end")
@@ -154,11 +155,12 @@ def test_a_replica_30_s_ahead_takes_no_row_a_live_replica_holds(
     receiver.slow_delay = SLOW_DELAY
     receiver.up()
     extra = [*LOOPBACK_WEBHOOKS, *RETRY]
-    a = ServerProcess(as_role(pg_database, role_a), pace=0.05, extra=extra, log=tmp_path / "a.log").start()
-    record_row_changes(pg_database)
     skewed = {"LD_PRELOAD": faketime_preload, "FAKETIME": f"+{SKEW}s"}
+    a = ServerProcess(as_role(pg_database, role_a), pace=0.05, extra=extra, log=tmp_path / "a.log")
     b = ServerProcess(as_role(pg_database, role_b), pace=0.05, extra=extra, env=skewed, log=tmp_path / "b.log")
     try:
+        a.start()
+        record_row_changes(pg_database)
         receiver.slow_until = time.monotonic() + SLOW_FOR
         task_ids = start_tasks(a.agent("test-runner"), receiver.url, TASKS - 1)
         b.start()  # while A's first runs are under way
@@ -192,8 +194,7 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
     role_a, role_b = two_roles
     receiver.up()
     extra = [*LOOPBACK_WEBHOOKS, *RETRY]
-    a = ServerProcess(as_role(pg_database, role_a), pace=0.02, extra=extra, log=tmp_path / "a.log").start()
-    record_row_changes(pg_database)
+    a = ServerProcess(as_role(pg_database, role_a), pace=0.02, extra=extra, log=tmp_path / "a.log")
     b = ServerProcess(as_role(pg_database, role_b), pace=0.02, extra=extra, log=tmp_path / "b.log")
     task_ids: list[str] = []
     feeding = threading.Event()
@@ -205,6 +206,8 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
 
     feeders = [threading.Thread(target=feed, daemon=True) for _ in range(3)]
     try:
+        a.start()
+        record_row_changes(pg_database)
         b.start()
         for feeder in feeders:
             feeder.start()
@@ -260,8 +263,9 @@ def test_a_server_stopped_mid_delivery_behind_a_failing_receiver_delivers_all_in
     receiver.up()
     db = tmp_path / "b.db"
     extra = [*LOOPBACK_WEBHOOKS, *RETRY]
-    server = ServerProcess(f"sqlite:///{db}", pace=0.05, extra=extra, log=tmp_path / "s.log").start()
+    server = ServerProcess(f"sqlite:///{db}", pace=0.05, extra=extra, log=tmp_path / "s.log")
     try:
+        server.start()
         base = server.agent("test-runner")
         task_ids = start_tasks(base, receiver.url, TASKS)
         wait_for(lambda: all_ended(base, task_ids), timeout=30, what="the tasks to end")
