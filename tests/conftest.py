@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.support import LOOPBACK_WEBHOOKS, SHARED, ServerProcess
+from tests.support import LOOPBACK_WEBHOOKS, SHARED, ServerProcess, libfaketime
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +71,14 @@ def pg_module_database() -> Iterator[str]:
     """A fresh database on the test PostgreSQL server shared by one module's tests, dropped after them."""
     with fresh_pg_database() as url:
         yield url
+
+
+@pytest.fixture
+def faketime_preload() -> str:
+    """The LD_PRELOAD value that loads libfaketime (a server's clock moved by FAKETIME); CI must have it."""
+    found = libfaketime()
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must provide libfaketime: .ci/run installs Debian's faketime")
+        pytest.skip("no libfaketime: install Debian's faketime package")
+    return found

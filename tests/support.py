@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +40,13 @@ CONSOLE_SCRIPT = Path(sys.executable).with_name("a2a-bridge")
 """The `a2a-bridge` command pip installed beside this Python: unlike `python -m`, it does not put the current
 directory on the import path by itself."""
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FAKETIME_DIRS = (
+    "/usr/lib/x86_64-linux-gnu/faketime",
+    "/usr/lib/aarch64-linux-gnu/faketime",
+    "/usr/lib64/faketime",
+    "/usr/lib/faketime",
+    "/usr/local/lib/faketime",
+)
 
 
 def free_port() -> int:
@@ -214,3 +223,22 @@ def rpc_stream(base: str, method: str, params: dict, rpc_id: int = 1, headers: d
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return [json.loads(response.read())]
         return [event.json() for event in EventSource(response).iter_sse() if event.data]
+
+
+def libfaketime() -> str | None:
+    """The LD_PRELOAD value that loads libfaketime: as Debian's `faketime` sets it, else a library found on disk."""
+    wrapper = shutil.which("faketime")
+    if wrapper is not None:
+        shown = subprocess.run(
+            [wrapper, "-f", "+0s", sys.executable, "-c", "import os; print(os.environ.get('LD_PRELOAD', ''))"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout.strip()
+        if "libfaketime" in shown:
+            return shown
+    return next((f"{d}/libfaketime.so.1" for d in FAKETIME_DIRS if Path(d, "libfaketime.so.1").is_file()), None)
+
+
+def clock_of(process: ServerProcess) -> float:
+    """How far the server's clock is ahead of this process's, in seconds, from its HTTP Date header (whole seconds)."""
+    response = httpx.get(process.url + "/", timeout=5)
+    return parsedate_to_datetime(response.headers["date"]).timestamp() - time.time()

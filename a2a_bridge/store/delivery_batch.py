@@ -45,8 +45,11 @@ def sqlite_params(change: Change) -> tuple[str, tuple[Any, ...]]:
 
 PG_HOLD_SQL = (
     f"UPDATE {TABLE} SET holder = $1, held_until = $2, holds = $3 "
-    "WHERE task_id = $4 AND config_id = $5 AND delivered = $6 AND holds = $7 AND dead IS false"
+    "WHERE task_id = $4 AND config_id = $5 AND delivered = $6 AND holds = $7 AND dead IS false AND (task_id, config_id) "
+    f"IN (SELECT task_id, config_id FROM {TABLE} WHERE task_id = $4 AND config_id = $5 FOR UPDATE SKIP LOCKED)"
 )
+"""A hold on PostgreSQL takes no row another transaction has locked (a replica stopped inside its batch, SIGSTOP or a
+frozen VM, keeps its locks): it is refused at once, where waiting would stall this replica's whole group commit."""
 PG_SETTLE_SQL = (
     f"UPDATE {TABLE} SET delivered = $1, attempts = $2, due_at = $3, failing_since = $4, dead = $5, last_error = $6, "
     "holder = NULL, held_until = NULL, holds = $7 "

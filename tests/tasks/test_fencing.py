@@ -5,16 +5,11 @@ stored record fell behind its event log and whose claim went back a generation i
 
 import asyncio
 import json
-import os
-import shutil
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +30,7 @@ from tests.claim_support import (
     start,
     start_deploys,
 )
-from tests.support import A2A, ServerProcess, rpc, user_message, wait_for
+from tests.support import A2A, ServerProcess, clock_of, rpc, user_message, wait_for
 
 LEASE = 3
 """Seconds of a claim's lease in the pause tests: a pause of a few seconds outlives it."""
@@ -55,13 +50,6 @@ SKEW_PACE = 1.5
 SKEW_TASKS = 6
 STUCK_PACE = 3.0
 """Seconds of each deployer step where deploys are left stuck: the rollout the crash interrupts lasts this long."""
-FAKETIME_DIRS = (
-    "/usr/lib/x86_64-linux-gnu/faketime",
-    "/usr/lib/aarch64-linux-gnu/faketime",
-    "/usr/lib64/faketime",
-    "/usr/lib/faketime",
-    "/usr/local/lib/faketime",
-)
 
 
 class Violations:
@@ -290,35 +278,6 @@ def test_a_replica_woken_after_another_finished_its_task_never_reports_it_runnin
         f"SubscribeToTask on A after SIGCONT showed {streamed}{'' if ended else ' and did not end'}",
     )
     found.assert_none()
-
-
-def libfaketime() -> str | None:
-    """The LD_PRELOAD value that loads libfaketime: as Debian's `faketime` sets it, else a library found on disk."""
-    wrapper = shutil.which("faketime")
-    if wrapper is not None:
-        shown = subprocess.run(
-            [wrapper, "-f", "+0s", sys.executable, "-c", "import os; print(os.environ.get('LD_PRELOAD', ''))"],
-            capture_output=True, text=True, timeout=30, check=False,
-        ).stdout.strip()
-        if "libfaketime" in shown:
-            return shown
-    return next((f"{d}/libfaketime.so.1" for d in FAKETIME_DIRS if Path(d, "libfaketime.so.1").is_file()), None)
-
-
-@pytest.fixture
-def faketime_preload() -> str:
-    found = libfaketime()
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must provide libfaketime: .ci/run installs Debian's faketime")
-        pytest.skip("no libfaketime: install Debian's faketime package")
-    return found
-
-
-def clock_of(process: ServerProcess) -> float:
-    """How far the server's clock is ahead of this process's, in seconds, from its HTTP Date header (whole seconds)."""
-    response = httpx.get(process.url + "/", timeout=5)
-    return parsedate_to_datetime(response.headers["date"]).timestamp() - time.time()
 
 
 def settled_states(process: ServerProcess, tasks: list[str], seconds: float) -> dict[str, str]:
