@@ -4,7 +4,7 @@ Through SQLAlchemy each statement of a batch is an execution context built anew,
 and its result set up, on the far side of the greenlet bridge to asyncpg, and a batch was BEGIN, about eight
 statements and COMMIT, each a round trip: most of a PostgreSQL SendMessage's server CPU. `PgBatch` writes the common
 batch (saves and messages; no outbox change, no push config added, each task saved once) as one statement
-(`pg_unnest.SaveStatement`: one round trip, its own transaction), and any other in one transaction of the same
+(`pg_save_statement.SaveStatement`: one round trip, its own transaction), and any other in one transaction of the same
 SQLAlchemy statements compiled once (each value bound through its column type's bind processor: stored exactly as
 SQLAlchemy stores it), which asyncpg prepares once per connection (its statement cache), each statement's rows sent
 in one trip (`executemany`, `fetchmany`). The SQL is the same either way: records written only where new, or over
@@ -43,7 +43,7 @@ from a2a_bridge.store.ledger_tables import (
     upsert_statement,
 )
 from a2a_bridge.store.pg_session import CHANNEL, MAX_PAYLOAD, event_notices
-from a2a_bridge.store.pg_unnest import MESSAGE_KEY, SaveStatement, values_document
+from a2a_bridge.store.pg_save_statement import MESSAGE_KEY, SaveStatement, values_document
 
 KNOWN_SQL = (
     f"SELECT agent, owner, message_id, fingerprint, task_id, reply, session FROM {messages_table.name} "
@@ -143,7 +143,7 @@ class PgBatch:
         self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
         results: list[Outcome], at: list[str],
     ) -> set[tuple[str, bool]]:
-        """The batch as one statement (`pg_unnest.SaveStatement`): one round trip, its own transaction."""
+        """The batch as one statement (`pg_save_statement.SaveStatement`): one round trip, its own transaction."""
         one = self._one
         tasks: dict[Table, list[dict[str, Any]]] = {}
         records: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
