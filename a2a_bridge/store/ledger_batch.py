@@ -291,9 +291,9 @@ class SqliteBatch:
             self._many(db, self._logged, after.logged, large)
             statement = self._deliveries.sql
             self._many(db, self._deliveries, after.deliveries, large)
-            for table, rows in after.configs.items():
+            for table, configs in after.configs.items():
                 statement = self._tasks[table].sql
-                self._many(db, self._tasks[table], rows, large)
+                self._many(db, self._tasks[table], configs, large)
             for index, change in changes:
                 statement, params = sqlite_params(change)
                 results[index] = db.execute(statement, params).rowcount == 1

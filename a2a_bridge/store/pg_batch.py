@@ -82,6 +82,9 @@ class PgBatch:
         self._tasks: dict[Table, Compiled] = {}
         """The upsert of each task table and push config table met so far."""
         self._one = SaveStatement(dialect)
+        self._held: tuple[AsyncConnection, Any] | None = None
+        """The connection of the last batch and its pool connection: the writer keeps its connection from batch to
+        batch, so its pool connection is looked up once (through SQLAlchemy's greenlet bridge, a greenlet per call)."""
 
     def _upsert(self, table: Table) -> Compiled:
         compiled = self._tasks.get(table)
@@ -97,7 +100,10 @@ class PgBatch:
         any statement or the commit fails; `results` gets each remembered message's first send, each refused save's
         refusal and whether each outbox row change changed its row; the other replicas hear of the records written
         and the events logged at commit (NOTIFY). Returns the (task id, new) of the records written."""
-        raw = await conn.get_raw_connection()
+        held = self._held
+        if held is None or held[0] is not conn:
+            held = self._held = (conn, await conn.get_raw_connection())
+        raw = held[1]
         driver: Any = raw.driver_connection
         at = ["BEGIN"]
         """The statement under way, for the error of a failure."""
@@ -208,7 +214,8 @@ class PgBatch:
 
     async def _raise(self, conn: AsyncConnection, raw: Any, sql: str, error: Exception) -> None:
         """Raise the driver's error as SQLAlchemy would (its DBAPI error class, wrapped), the connection invalidated
-        where the error says it is lost."""
+        where the error says it is lost (and the writer's connection closed: the next batch looks its new one up)."""
+        self._held = None
         adapted = raw.dbapi_connection
         dbapi = adapted.dbapi
         try:
