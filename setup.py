@@ -19,6 +19,7 @@ COMPILED = [
     "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer", "tasks/turns",
     "store/column_json",
     "store/group_commit",
+    "store/item_texts",
     "store/ledger_batch",
     "store/ledger_tables",
     "store/pg_batch",
