@@ -13,10 +13,6 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 COMPILED = [
-    "core/claims", "core/clock", "core/errors", "core/ids", "core/states", "core/task_events", "core/task_status",
-    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies", "http/limits",
-    "http/media_type", "http/message_checks", "http/request_guard", "store/ledger", "store/proto_json", "tasks/eager",
-    "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer", "tasks/turns",
     "store/column_json",
     "store/group_commit",
     "store/item_texts",
@@ -25,6 +21,10 @@ COMPILED = [
     "store/pg_batch",
     "store/pg_save_statement",
     "store/pg_session",
+    "core/claims", "core/clock", "core/errors", "core/ids", "core/states", "core/task_events", "core/task_status",
+    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies", "http/limits",
+    "http/media_type", "http/message_checks", "http/request_guard", "store/ledger", "store/proto_json", "tasks/eager",
+    "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer", "tasks/turns",
 ]
 """The modules of a2a_bridge that mypyc compiles: those of a request's path, less those it cannot compile (async
 generators; classes whose base is another library's, such as the SDK's executor interfaces, which hung or failed to
