@@ -13,6 +13,14 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 COMPILED = [
+    "store/column_json",
+    "store/group_commit",
+    "store/item_texts",
+    "store/ledger_batch",
+    "store/ledger_tables",
+    "store/pg_batch",
+    "store/pg_save_statement",
+    "store/pg_session",
     "core/claims", "core/clock", "core/errors", "core/ids", "core/states", "core/task_events", "core/task_status",
     "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies",
     "http/limits", "http/media_type", "http/message_checks", "http/request_body", "http/request_guard",

@@ -1,8 +1,7 @@
 """The text of the JSON columns (SQLite's and PostgreSQL's): orjson's where it writes what `json.dumps` would, and a
-large array written one item at a time, so that a task's history is never held as dicts and as text at once."""
+value already written as its text (`JsonText`: a task's history and artifacts, `item_texts`) as it is."""
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -37,8 +36,3 @@ def column_json(value: Any) -> str:
         return json.dumps(value)
     return json.dumps(value) if text.find(b"null") != -1 else text.decode()
 
-
-def json_array(items: Iterable[Any]) -> JsonText:
-    """The text of a JSON array of the items, each written by `column_json` as it comes: a large item (a message of
-    a task's history) is held as a dict only while it is written, and the whole array never as dicts."""
-    return JsonText("[" + ",".join(column_json(item) for item in items) + "]")

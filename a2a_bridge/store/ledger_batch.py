@@ -17,6 +17,7 @@ from datetime import datetime
 from itertools import chain
 from typing import Any, NamedTuple
 
+from mypy_extensions import mypyc_attr
 from sqlalchemy import JSON, LargeBinary, String, Table, and_, insert, select
 from sqlalchemy.dialects.sqlite import DATETIME
 from sqlalchemy.engine import Dialect
@@ -209,6 +210,7 @@ class Compiled:
         return total
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SqliteBatch:
     """The ledger's batch on SQLite in one trip to the connection's thread (see the module's docstring): aiosqlite
     offers no public call that runs a function there, so this uses its `_execute` and `_conn` (aiosqlite 0.22; the
@@ -291,9 +293,9 @@ class SqliteBatch:
             self._many(db, self._logged, after.logged, large)
             statement = self._deliveries.sql
             self._many(db, self._deliveries, after.deliveries, large)
-            for table, rows in after.configs.items():
+            for table, configs in after.configs.items():
                 statement = self._tasks[table].sql
-                self._many(db, self._tasks[table], rows, large)
+                self._many(db, self._tasks[table], configs, large)
             for index, change in changes:
                 statement, params = sqlite_params(change)
                 results[index] = db.execute(statement, params).rowcount == 1

@@ -2,7 +2,6 @@
 
 import functools
 import json
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +34,7 @@ from sqlalchemy.sql.dml import Insert
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.core.task_status import Notification
 from a2a_bridge.store.ledger import ClaimEvent, Delivery, TaskRecord
+from a2a_bridge.store.item_texts import ItemTexts
 from a2a_bridge.store.proto_json import to_dict
 
 metadata = MetaData()
@@ -278,11 +278,16 @@ def event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:
     return [event.row() for event in events]
 
 
-def task_row(task: Task, owner: str, array: Callable[[Iterator[dict[str, Any]]], Any] = list) -> dict[str, Any]:
+def task_row(task: Task, owner: str, texts: tuple[ItemTexts, ItemTexts] | None = None) -> dict[str, Any]:
     """The row of the SDK's task table for a task, column for column as the SDK's `DatabaseTaskStore._to_orm` maps it
-    (tests/store/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`; `array`
-    makes the artifacts' and the history's column of their dicts as they come (on SQLite, `column_json.json_array`:
-    their text, so that a large task is never held as dicts and as text at once)."""
+    (tests/store/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`; with `texts`
+    (of the artifacts, of the history messages) those two columns are their JSON text, each item's written as it comes
+    or reused (`item_texts`): a large task is never held as dicts and as text at once."""
+    if texts is None:
+        artifacts: Any = [to_dict(artifact) for artifact in task.artifacts]
+        history: Any = [to_dict(message) for message in task.history]
+    else:
+        artifacts, history = texts[0].array(task.artifacts), texts[1].array(task.history)
     return {
         "id": task.id,
         "context_id": task.context_id,
@@ -290,8 +295,8 @@ def task_row(task: Task, owner: str, array: Callable[[Iterator[dict[str, Any]]],
         "owner": owner,
         "last_updated": task.status.timestamp.ToDatetime() if task.status.HasField("timestamp") else None,
         "status": to_dict(task.status),
-        "artifacts": array(to_dict(artifact) for artifact in task.artifacts),
-        "history": array(to_dict(message) for message in task.history),
+        "artifacts": artifacts,
+        "history": history,
         "protocol_version": "1.0",
         "metadata": to_dict(task.metadata) if task.metadata.fields else None,
     }

@@ -4,7 +4,7 @@ Through SQLAlchemy each statement of a batch is an execution context built anew,
 and its result set up, on the far side of the greenlet bridge to asyncpg, and a batch was BEGIN, about eight
 statements and COMMIT, each a round trip: most of a PostgreSQL SendMessage's server CPU. `PgBatch` writes the common
 batch (saves and messages; no outbox change, no push config added, each task saved once) as one statement
-(`pg_unnest.SaveStatement`: one round trip, its own transaction), and any other in one transaction of the same
+(`pg_save_statement.SaveStatement`: one round trip, its own transaction), and any other in one transaction of the same
 SQLAlchemy statements compiled once (each value bound through its column type's bind processor: stored exactly as
 SQLAlchemy stores it), which asyncpg prepares once per connection (its statement cache), each statement's rows sent
 in one trip (`executemany`, `fetchmany`). The SQL is the same either way: records written only where new, or over
@@ -43,7 +43,7 @@ from a2a_bridge.store.ledger_tables import (
     upsert_statement,
 )
 from a2a_bridge.store.pg_session import CHANNEL, MAX_PAYLOAD, event_notices
-from a2a_bridge.store.pg_unnest import MESSAGE_KEY, SaveStatement, values_document
+from a2a_bridge.store.pg_save_statement import MESSAGE_KEY, SaveStatement, values_document
 
 KNOWN_SQL = (
     f"SELECT agent, owner, message_id, fingerprint, task_id, reply, session FROM {messages_table.name} "
@@ -82,6 +82,9 @@ class PgBatch:
         self._tasks: dict[Table, Compiled] = {}
         """The upsert of each task table and push config table met so far."""
         self._one = SaveStatement(dialect)
+        self._held: tuple[AsyncConnection, Any] | None = None
+        """The connection of the last batch and its pool connection: the writer keeps its connection from batch to
+        batch, so its pool connection is looked up once (through SQLAlchemy's greenlet bridge, a greenlet per call)."""
 
     def _upsert(self, table: Table) -> Compiled:
         compiled = self._tasks.get(table)
@@ -97,7 +100,10 @@ class PgBatch:
         any statement or the commit fails; `results` gets each remembered message's first send, each refused save's
         refusal and whether each outbox row change changed its row; the other replicas hear of the records written
         and the events logged at commit (NOTIFY). Returns the (task id, new) of the records written."""
-        raw = await conn.get_raw_connection()
+        held = self._held
+        if held is None or held[0] is not conn:
+            held = self._held = (conn, await conn.get_raw_connection())
+        raw = held[1]
         driver: Any = raw.driver_connection
         at = ["BEGIN"]
         """The statement under way, for the error of a failure."""
@@ -143,7 +149,7 @@ class PgBatch:
         self, driver: Any, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
         results: list[Outcome], at: list[str],
     ) -> set[tuple[str, bool]]:
-        """The batch as one statement (`pg_unnest.SaveStatement`): one round trip, its own transaction."""
+        """The batch as one statement (`pg_save_statement.SaveStatement`): one round trip, its own transaction."""
         one = self._one
         tasks: dict[Table, list[dict[str, Any]]] = {}
         records: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
@@ -208,7 +214,8 @@ class PgBatch:
 
     async def _raise(self, conn: AsyncConnection, raw: Any, sql: str, error: Exception) -> None:
         """Raise the driver's error as SQLAlchemy would (its DBAPI error class, wrapped), the connection invalidated
-        where the error says it is lost."""
+        where the error says it is lost (and the writer's connection closed: the next batch looks its new one up)."""
+        self._held = None
         adapted = raw.dbapi_connection
         dbapi = adapted.dbapi
         try:

@@ -17,9 +17,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
-from a2a_bridge.store.column_json import json_array
 from a2a_bridge.store.push_rows import Change, Drop, Hold, Settle
 from a2a_bridge.store.group_commit import GroupCommit
+from a2a_bridge.store.item_texts import ItemTexts
 from a2a_bridge.store.ledger import (
     HELD,
     ClaimEvent,
@@ -102,6 +102,8 @@ class SqlLedger(SqlDeliveries):
         self._writes: GroupCommit[Write, Outcome] = GroupCommit(self._write_many, self._write_one)
         self._sqlite = SqliteBatch(engine.dialect) if engine.dialect.name == "sqlite" else None
         self._pg = PgBatch(engine.dialect) if self._sqlite is None else None
+        self._texts = (ItemTexts(), ItemTexts())
+        """The JSON texts of the artifacts and of the history messages saved last (`item_texts`)."""
         self._writer: AsyncConnection | None = None
         """On PostgreSQL the connection the group commit writes on, kept from one batch to the next (the batches run one
         at a time), so that a batch costs no checkout from the pool and no reset on its return; given back to the pool
@@ -246,8 +248,7 @@ class SqlLedger(SqlDeliveries):
         if not isinstance(store, DatabaseTaskStore):
             await store.save(task, context)
         else:
-            array = json_array if self._sqlite is not None else list
-            table, row = store.task_model.__table__, task_row(task, store.owner_resolver(context), array)
+            table, row = store.task_model.__table__, task_row(task, store.owner_resolver(context), self._texts)
         write = Save(table, row, row_values(record), event_rows(events), new, rows, deliveries, configs)
         await self._submit("save", write)
 

@@ -15,10 +15,12 @@ from a2a.types import Task, TaskState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, inspect
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from a2a_bridge.core.auth import owner_context
+from a2a_bridge.store.delivery_batch import Change
 from a2a_bridge.store.group_commit import GroupCommit
+from a2a_bridge.store.ledger_batch import Outcome, Remember, Save, SqliteBatch
 from a2a_bridge.store.ledger_tables import task_row
 from a2a_bridge.store.sql_ledger import SqlLedger
 from a2a_bridge.store.stores import LARGE_BINDING, StoreConfig, Stores
@@ -134,10 +136,18 @@ async def _test_saves_submitted_together_on_sqlite_commit_in_one_transaction(tmp
     connects: list[int] = []
     event.listen(stores.engine.sync_engine, "commit", lambda _conn: commits.append(1))
     event.listen(stores.engine.sync_engine, "connect", lambda _conn, _record: connects.append(1))
-    batch = ledger._sqlite
-    assert batch is not None
-    write = batch._write
-    batch._write = lambda *args: commits.append(1) or write(*args)  # type: ignore[method-assign]
+
+    class Counted(SqliteBatch):
+        """The SQLite batch, each batch (one commit on the connection's thread) counted."""
+
+        async def run(
+            self, conn: AsyncConnection, saves: list[tuple[int, Save]], remembered: list[tuple[int, Remember]],
+            results: list[Outcome], changes: list[tuple[int, Change]],
+        ) -> set[tuple[str, bool]]:
+            commits.append(1)
+            return await super().run(conn, saves, remembered, results, changes)
+
+    ledger._sqlite = Counted(stores.engine.dialect)
     alone: list[object] = []
     write_one = ledger._writes._write_one
     ledger._writes._write_one = lambda write: alone.append(write) or write_one(write)  # type: ignore[method-assign]
