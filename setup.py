@@ -17,6 +17,8 @@ COMPILED = [
     "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies", "http/limits",
     "http/media_type", "http/message_checks", "http/request_guard", "store/ledger", "store/proto_json", "tasks/eager",
     "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer", "tasks/turns",
+    "push/attempts", "push/config_rows", "push/logged_events", "push/outbox", "push/webhook_wire", "push/workers",
+    "store/delivery_batch", "store/push_rows", "store/sql_deliveries",
 ]
 """The modules of a2a_bridge that mypyc compiles: those of a request's path, less those it cannot compile (async
 generators; classes whose base is another library's, such as the SDK's executor interfaces, which hung or failed to
