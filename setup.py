@@ -22,7 +22,8 @@ COMPILED = [
 ]
 """The modules of a2a_bridge that mypyc compiles: those of a request's path and of the push outbox's deliveries, less
 those it cannot compile (async generators; classes whose base is another library's, such as the SDK's executor
-interfaces, which hung or failed to build compiled; push/webhooks, whose resolver the tests replace by module attribute). A class that other code subclasses is marked `mypyc_attr(allow_interpreted_subclasses=True)`."""
+interfaces, which hung or failed to build compiled; push/webhooks, whose resolver the tests replace by module
+attribute). A class that other code subclasses is marked `mypyc_attr(allow_interpreted_subclasses=True)`."""
 
 MYPY_OPTIONS = ["--no-site-packages", "--ignore-missing-imports", "--follow-imports=silent"]
 """The same build wherever it runs: mypyc reads no installed package (a reinstall into a virtualenv would otherwise see
