@@ -221,11 +221,11 @@ def parser() -> argparse.ArgumentParser:
         help="seconds of a claim's lease, renewed while a turn runs",
     )
     serve.add_argument(
-        "--webhook-retry", type=positive_seconds, default=RetrySchedule.first, metavar="SECONDS",
+        "--webhook-retry", type=positive_seconds, default=RetrySchedule().first, metavar="SECONDS",
         help="seconds after a webhook's first failure before it is tried again (the wait doubles, up to an hour)",
     )
     serve.add_argument(
-        "--webhook-give-up", type=positive_seconds, default=RetrySchedule.give_up, metavar="SECONDS",
+        "--webhook-give-up", type=positive_seconds, default=RetrySchedule().give_up, metavar="SECONDS",
         help="seconds a webhook may keep failing before its notification is given up (a dead letter)",
     )
     serve.add_argument(

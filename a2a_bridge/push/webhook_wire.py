@@ -205,33 +205,41 @@ class WebhookConnections:
                 reused = False
             self._watch(loop, connection, deadline)
             try:
-                connection.writer.write(request)
-                answer = await read_answer(connection.reader)
-            except WireError as error:
-                connection.close()
-                if connection.expired:
-                    raise WireError("ReadTimeout") from None
-                if reused and error.reason == "RemoteProtocolError" and connection.reader.at_eof():
-                    continue
-                raise
-            except OSError:
-                connection.close()
-                if connection.expired:
-                    raise WireError("ReadTimeout") from None
-                if reused:
-                    continue
-                raise WireError("ReadError") from None
-            except BaseException:
-                connection.close()
-                raise
+                answer = await self._exchange(connection, request, reused)
             finally:
                 self._busy.discard(connection)
+            if answer is None:
+                continue
             if connection.expired:
                 connection.close()
                 raise WireError("ReadTimeout")
             self._give_back(origin, connection, answer.keep)
             return answer.status
         raise WireError("RemoteProtocolError")
+
+    async def _exchange(self, connection: Connection, request: bytes, reused: bool) -> Answer | None:
+        """The answer to a request on a connection, or None when a connection kept from an earlier post failed before
+        any answer (a new one is to be tried); WireError otherwise. The connection is closed when it fails."""
+        try:
+            connection.writer.write(request)
+            return await read_answer(connection.reader)
+        except WireError as error:
+            connection.close()
+            if connection.expired:
+                raise WireError("ReadTimeout") from None
+            if reused and error.reason == "RemoteProtocolError" and connection.reader.at_eof():
+                return None
+            raise
+        except OSError:
+            connection.close()
+            if connection.expired:
+                raise WireError("ReadTimeout") from None
+            if reused:
+                return None
+            raise WireError("ReadError") from None
+        except BaseException:
+            connection.close()
+            raise
 
     def _watch(self, loop: asyncio.AbstractEventLoop, connection: Connection, deadline: float) -> None:
         """Bound the post about to go on a connection by `deadline`: the sweep runs every tenth of the timeout while

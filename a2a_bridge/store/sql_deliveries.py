@@ -6,6 +6,7 @@ event log (`bridge_events`)."""
 import asyncio
 from datetime import datetime
 
+from mypy_extensions import mypyc_attr
 from sqlalchemy import and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -19,6 +20,7 @@ LATER = 0.05
 """Seconds a change left to the next group commit (`later`) waits at the most for another write to begin one."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SqlDeliveries:
     """The outbox's rows, for `SqlLedger` (which gives the engines, `shared` and `_init`)."""
 
