@@ -172,13 +172,14 @@ async def sse_events(reader: asyncio.StreamReader) -> AsyncIterator[tuple[bytes,
 
 def wait_seconds(pid: int | None) -> float:
     """Seconds the threads of a process have spent runnable but waiting for a CPU, from /proc/PID/task/*/schedstat
-    (0 where it is absent); threads that ended are not counted."""
+    (0 where it is absent); threads that ended, and a process that ended while they were read, are not counted."""
     if pid is None:
         return 0.0
     total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            total += int(stat.read_text().split()[1])
+    with contextlib.suppress(OSError):  # the process ended while its threads were listed
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int(stat.read_text().split()[1])
     return total / 1e9
 
 
