@@ -21,7 +21,7 @@ from tests.test_compiled import compiled_names
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-BUILD_TIMEOUT = 300
+BUILD_TIMEOUT = 480
 """Seconds to build the wheel, and to install it with its dependencies (from pip's cache, else the index)."""
 COMMAND_TIMEOUT = 120
 """Seconds any one command of the installed bridge may take."""
