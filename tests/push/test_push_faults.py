@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -97,6 +98,14 @@ def taken_over(database: str, held: list[tuple[str, int]], role: str) -> bool:
     return all(row in holds for row in held)
 
 
+def checked_on_pg(
+    pg_database: str, receiver: Receiver, task_ids: list[str], changes: list[asyncpg.Record], replicas: set[str]
+) -> Invariants:
+    """The receiver's history checked against the events the database stored, and the rows' changes by `replicas`."""
+    events = event_revisions(pg_rows(pg_database, "SELECT task_id, seq, body FROM bridge_events"))
+    return Invariants(receiver.history(), events, task_ids).check_deliveries().check_rows(changes, replicas)
+
+
 def test_a_replica_paused_past_its_hold_changes_nothing_when_it_wakes(
     pg_database: str, two_roles: list[str], receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -136,13 +145,7 @@ def test_a_replica_paused_past_its_hold_changes_nothing_when_it_wakes(
     finally:
         a.stop()
         b.stop()
-    events = event_revisions(pg_rows(pg_database, "SELECT task_id, seq, body FROM bridge_events"))
-    (
-        Invariants(receiver.history(), events, task_ids)
-        .check_deliveries()
-        .check_rows(row_changes(pg_database), {role_a, role_b})
-        .assert_none()
-    )
+    checked_on_pg(pg_database, receiver, task_ids, row_changes(pg_database), {role_a, role_b}).assert_none()
 
 
 def test_a_replica_30_s_ahead_takes_no_row_a_live_replica_holds(
@@ -172,12 +175,9 @@ def test_a_replica_30_s_ahead_takes_no_row_a_live_replica_holds(
     finally:
         a.stop()
         b.stop()
-    events = event_revisions(pg_rows(pg_database, "SELECT task_id, seq, body FROM bridge_events"))
     changes = row_changes(pg_database)
     (
-        Invariants(receiver.history(), events, task_ids)
-        .check_deliveries()
-        .check_rows(changes, {role_a, role_b})
+        checked_on_pg(pg_database, receiver, task_ids, changes, {role_a, role_b})
         .check(any(c["role"] == role_a and is_hold(c) for c in changes), "A held no row: the test showed nothing")
         .assert_none()
     )
@@ -242,11 +242,8 @@ def test_a_replica_stopped_inside_a_transaction_stalls_no_other(
         feeding.set()
         a.stop()
         b.stop()
-    events = event_revisions(pg_rows(pg_database, "SELECT task_id, seq, body FROM bridge_events"))
     (
-        Invariants(receiver.history(), events, task_ids)
-        .check_deliveries()
-        .check_rows(row_changes(pg_database), {role_a, role_b})
+        checked_on_pg(pg_database, receiver, task_ids, row_changes(pg_database), {role_a, role_b})
         .check(stalled is None, str(stalled))
         .check(not blocked, f"B's connections waited on A's transaction: {[dict(r) for r in blocked]} (rows {locked})")
         .assert_none()
