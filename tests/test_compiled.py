@@ -11,14 +11,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def compiled_names() -> list[str]:
-    """COMPILED, as setup.py lists it (read, not imported: importing setup.py runs the build)."""
+def setup_constant(name: str) -> object:
+    """A constant of setup.py (read, not imported: importing setup.py runs the build)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
-    [names] = [
+    [value] = [
         node.value for node in tree.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMPILED" for t in node.targets)
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets)
     ]
-    return [ast.literal_eval(item) for item in names.elts]  # type: ignore[attr-defined]
+    return ast.literal_eval(value)
+
+
+def compiled_names() -> list[str]:
+    """COMPILED, as setup.py lists it."""
+    names = setup_constant("COMPILED")
+    assert isinstance(names, list)
+    return names
+
+
+def runtime_names() -> set[str]:
+    """The shared runtimes of mypyc's groups (setup.py's GROUPS), one extension each."""
+    groups = setup_constant("GROUPS")
+    assert isinstance(groups, dict)
+    return {f"{group}__mypyc" for group in groups}
 
 
 pytestmark = pytest.mark.skipif(
@@ -40,3 +54,11 @@ def test_every_compiled_module_is_a_module_of_the_package() -> None:
     names = compiled_names()
     assert names == sorted(names) and len(set(names)) == len(names)
     assert all((ROOT / "a2a_bridge" / f"{name}.py").is_file() for name in names)
+
+
+def test_every_compiled_module_is_in_one_group() -> None:
+    groups = setup_constant("GROUPS")
+    assert isinstance(groups, dict)
+    layers = [layer for held in groups.values() for layer in held]
+    assert len(set(layers)) == len(layers)
+    assert {name.split("/")[0] for name in compiled_names()} <= set(layers)

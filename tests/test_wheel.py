@@ -17,7 +17,7 @@ import pytest
 
 from a2a_bridge.capture.recorder import differing, outputs
 from tests.support import end_process, free_port, wait_for
-from tests.test_compiled import compiled_names
+from tests.test_compiled import compiled_names, runtime_names
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -117,7 +117,7 @@ def test_the_wheel_installs_one_top_level_package_with_the_transcripts_and_allow
     assert {"a2a_bridge/capture/allow/bridge.toml", "a2a_bridge/capture/allow/rerun.toml"} <= shipped
     extensions = {name.removeprefix("a2a_bridge/").split(".")[0] for name in names if name.endswith(".so")}
     compiled = os.environ.get("A2A_BRIDGE_COMPILE") != "0"
-    assert extensions == ({*compiled_names(), "native__mypyc"} if compiled else set()), "setup.py's COMPILED"
+    assert extensions == ({*compiled_names(), *runtime_names()} if compiled else set()), "setup.py's COMPILED"
     found = installed.python(
         "import importlib.util as u, a2a_bridge.agents.catalog as c;"
         " print(c.__file__, u.find_spec('agents'), u.find_spec('capture'))"
