@@ -33,7 +33,7 @@ from tests.claim_support import (
 )
 from tests.support import ServerProcess, rpc, user_message, wait_for
 
-PACE = 1.5
+PACE = 3.0
 """Seconds of each deployer step: the rollout the crash interrupts lasts this long."""
 MID_ROLLOUT = 6
 EVIDENCE = {"note": "checked staging", "checked_by": "ops on call"}
