@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import orjson
 from a2a.types import (
     Artifact,
@@ -35,23 +36,31 @@ from a2a_bridge.core.clock import SystemClock
 from a2a_bridge.core.config import SecurityConfig, parse_network
 
 from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logged_body
-from a2a_bridge.push.config_rows import config_row
+from a2a_bridge.push.config_rows import TEXT_FIELDS, config_json, config_row
 from a2a_bridge.push.attempts import IDS, delivery_id
+from a2a_bridge.store.proto_json import to_dict
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, eventually
 
 RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
 
 
-def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path) -> None:
+CONFIGS = [
+    TaskPushNotificationConfig(
+        task_id="task-1", id="hook-1", url="https://hooks.example.com/h?x=1", token="t0k",
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
+    ),
+    TaskPushNotificationConfig(task_id="task-1", id="hook-1", url="http://127.0.0.1:9/h", token="t0k"),
+    TaskPushNotificationConfig(task_id="task-1", id="hook-1", url="http://127.0.0.1:9/h", tenant="acme"),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["authentication", "token", "tenant"])
+def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path, config: TaskPushNotificationConfig) -> None:
     async def check() -> None:
         stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'rows.db'}"))
         _, push_store = stores.for_agent("agent")
         try:
-            config = TaskPushNotificationConfig(
-                task_id="task-1", id="hook-1", url="https://hooks.example.com/h?x=1", token="t0k",
-                authentication=AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
-            )
             row = config_row(push_store, config, "alice")  # type: ignore[arg-type]
             model = push_store._to_orm("task-1", config, "alice")  # type: ignore[attr-defined]
             table = push_store.config_model.__table__  # type: ignore[attr-defined]
@@ -66,6 +75,17 @@ def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path) -> None:
 
     asyncio.run(check())
 
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["authentication", "token", "tenant"])
+def test_a_configs_json_is_its_proto_json(config: TaskPushNotificationConfig) -> None:
+    assert config_json(config) == orjson.dumps(to_dict(config))
+
+
+def test_every_field_of_a_push_config_but_its_authentication_is_a_text_field() -> None:
+    fields = TaskPushNotificationConfig.DESCRIPTOR.fields
+    assert [(field.name, field.json_name) for field in fields if field.name != "authentication"] == list(TEXT_FIELDS)
+    assert all(field.type == field.TYPE_STRING and not field.is_repeated for field in fields if field.name != "authentication")
 
 
 def test_delivery_ids_are_the_name_based_uuids_receivers_have_seen() -> None:
