@@ -14,13 +14,14 @@ from setuptools import Extension, setup
 
 COMPILED = [
     "core/claims", "core/clock", "core/errors", "core/ids", "core/states", "core/task_events", "core/task_status",
-    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies", "http/limits",
-    "http/media_type", "http/message_checks", "http/request_body", "http/request_guard", "push/attempts",
-    "push/config_rows", "push/logged_events", "push/outbox", "push/webhook_wire", "push/workers", "store/column_json",
-    "store/delivery_batch", "store/group_commit", "store/item_texts", "store/ledger", "store/ledger_batch",
-    "store/ledger_tables", "store/pg_batch", "store/pg_save_statement", "store/pg_session", "store/proto_json",
-    "store/push_rows", "store/sql_deliveries", "tasks/eager", "tasks/host_env", "tasks/idempotency", "tasks/live_tasks",
-    "tasks/mailbox", "tasks/task_writer", "tasks/turns",
+    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies",
+    "http/limits", "http/media_type", "http/message_checks", "http/request_body", "http/request_guard",
+    "push/attempts", "push/config_rows", "push/logged_events", "push/outbox", "push/webhook_connection",
+    "push/webhook_wire", "push/workers", "store/column_json", "store/delivery_batch", "store/group_commit",
+    "store/item_texts", "store/ledger", "store/ledger_batch", "store/ledger_tables", "store/pg_batch",
+    "store/pg_save_statement", "store/pg_session", "store/proto_json", "store/push_rows", "store/sql_deliveries",
+    "tasks/eager", "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer",
+    "tasks/turns",
 ]
 """The modules of a2a_bridge that mypyc compiles: those of a request's path and of the group commit's, less those it
 cannot compile (async generators; classes whose base is another library's, such as the SDK's executor interfaces, which
