@@ -1,11 +1,13 @@
 """What the outbox writes: the push config row of a task's save, what the SDK's store writes for the same config
-(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; delivery ids, stable; each event
+(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; the outbox row of a delivery, every
+field; delivery ids, stable; each event
 logged as its StreamResponse's JSON; and a message
 with a push config on SQLite, written with its task and delivered from what this process wrote."""
 
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,8 @@ from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logg
 from a2a_bridge.push.config_rows import TEXT_FIELDS, config_json, config_row
 from a2a_bridge.push.attempts import IDS, delivery_id
 from a2a_bridge.store.proto_json import to_dict
+from a2a_bridge.store.ledger_tables import deliveries_table, delivery_row
+from a2a_bridge.store.push_rows import Delivery
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, eventually
 
@@ -85,7 +89,18 @@ def test_a_configs_json_is_its_proto_json(config: TaskPushNotificationConfig) ->
 def test_every_field_of_a_push_config_but_its_authentication_is_a_text_field() -> None:
     fields = TaskPushNotificationConfig.DESCRIPTOR.fields
     assert [(field.name, field.json_name) for field in fields if field.name != "authentication"] == list(TEXT_FIELDS)
-    assert all(field.type == field.TYPE_STRING and not field.is_repeated for field in fields if field.name != "authentication")
+    texts = [field for field in fields if field.name != "authentication"]
+    assert all(field.type == field.TYPE_STRING and not field.is_repeated for field in texts)
+
+
+def test_the_outbox_row_holds_every_field_of_its_delivery() -> None:
+    delivery = Delivery(
+        "t-1", "c-1", "agent", 3, attempts=2, due_at=datetime(2026, 1, 2, tzinfo=UTC),
+        failing_since=datetime(2026, 1, 1, tzinfo=UTC), dead=True, last_error="500", holder=7,
+        held_until=datetime(2026, 1, 3, tzinfo=UTC), holds=4,
+    )
+    assert delivery_row(delivery) == delivery._asdict()
+    assert list(delivery_row(delivery)) == [column.key for column in deliveries_table.columns]
 
 
 def test_delivery_ids_are_the_name_based_uuids_receivers_have_seen() -> None:
