@@ -14,23 +14,25 @@ from setuptools import Extension, setup
 
 COMPILED = [
     "core/claims", "core/clock", "core/errors", "core/ids", "core/states", "core/task_events", "core/task_status",
-    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies", "http/limits",
-    "http/media_type", "http/message_checks", "http/request_body", "http/request_guard", "store/column_json",
-    "store/group_commit", "store/item_texts", "store/ledger", "store/ledger_batch", "store/ledger_tables",
-    "store/pg_batch", "store/pg_save_statement", "store/pg_session", "store/proto_json", "tasks/eager",
-    "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer", "tasks/turns",
+    "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies",
+    "http/limits", "http/media_type", "http/message_checks", "http/request_body", "http/request_guard",
+    "push/attempts", "push/config_rows", "push/logged_events", "push/outbox", "push/webhook_connection",
+    "push/webhook_wire", "push/workers", "store/column_json", "store/delivery_batch", "store/group_commit",
+    "store/item_texts", "store/ledger", "store/ledger_batch", "store/ledger_tables", "store/pg_batch",
+    "store/pg_save_statement", "store/pg_session", "store/proto_json", "store/push_rows", "store/sql_deliveries",
+    "tasks/eager", "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer",
+    "tasks/turns",
 ]
 """The modules of a2a_bridge that mypyc compiles: those of a request's path and of the group commit's, less those it
 cannot compile (async generators; classes whose base is another library's, such as the SDK's executor interfaces, which
-hung or failed to build compiled). The push outbox compiles too but is left out: with it the one C file took the
-wheel's build past five minutes, for 1 to 3% of a push SendMessage's instructions (docs/PERFORMANCE.md). A class that
-other code subclasses is marked `mypyc_attr(allow_interpreted_subclasses=True)`."""
+hung or failed to build compiled), and the push outbox's delivery path. A class that other code subclasses is marked
+`mypyc_attr(allow_interpreted_subclasses=True)`."""
 
-GROUPS = {"native_requests": ("http", "tasks"), "native_store": ("core", "store")}
+GROUPS = {"native_requests": ("http", "tasks"), "native_store": ("core", "store"), "native_push": ("push",)}
 """mypyc's groups of COMPILED, by the layers each holds: one C file and one shared runtime `a2a_bridge/NAME__mypyc*.so`
-per group, compiled side by side (build_ext's `parallel`). One file of all 34 modules took gcc about four minutes on
-one core; two take about a minute and a half on two cores, and less CPU in all. Calls within a group are direct C calls,
-calls between groups go through a table of pointers."""
+per group, compiled side by side (build_ext's `parallel`). One file of the request path's 34 modules took gcc about
+four minutes on one core; in two groups they took a minute and a half on two cores, and less CPU in all. Calls within
+a group are direct C calls, calls between groups go through a table of pointers."""
 
 MYPY_OPTIONS = ["--no-site-packages", "--ignore-missing-imports", "--follow-imports=silent"]
 """The same build wherever it runs: mypyc reads no installed package (a reinstall into a virtualenv would otherwise see

@@ -12,6 +12,9 @@ from sqlalchemy import Table
 from a2a_bridge.store.proto_json import to_dict
 
 PLAIN_CONFIG_COLUMNS = frozenset({"task_id", "config_id", "owner", "config_data", "protocol_version"})
+TEXT_FIELDS = (("tenant", "tenant"), ("id", "id"), ("task_id", "taskId"), ("url", "url"), ("token", "token"))
+"""A push config's string fields, each with its JSON name, in the order of its message: every field but
+`authentication`."""
 
 
 def config_row(
@@ -26,8 +29,16 @@ def config_row(
         return {column.key: getattr(model, column.key) for column in table.columns}
     return {
         "task_id": config.task_id, "config_id": config.id, "owner": owner,
-        "config_data": orjson.dumps(to_dict(config)), "protocol_version": "1.0",
+        "config_data": config_json(config), "protocol_version": "1.0",
     }
+
+
+def config_json(config: TaskPushNotificationConfig) -> bytes:
+    """`orjson.dumps(to_dict(config))`, written directly for a config with no `authentication` (its other fields are
+    strings, left out when empty)."""
+    if config.HasField("authentication"):
+        return orjson.dumps(to_dict(config))
+    return orjson.dumps({name: value for field, name in TEXT_FIELDS if (value := getattr(config, field))})
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabasePushNotificationConfigStore, PushNotificationConfigStore
-from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.clock import Clock
@@ -115,20 +114,20 @@ class Outbox:
         self._know(delivery, fresh)
 
     async def attach(self, config: TaskPushNotificationConfig, context: ServerCallContext, after: int) -> None:
-        """Add a push config to its task with the task's next save (`taken`), its outbox row and config row in the
-        save's own transaction where the config table is in the ledger's database (else as `add` does), its deliveries
-        starting with the events after revision `after`."""
+        """Add a push config (its task id and id set) to its task with the task's next save (`taken`), its outbox row
+        and config row in the save's own transaction where the config table is in the ledger's database (else as `add`
+        does), its deliveries starting with the events after revision `after`."""
         store = self.push_store
         in_ledger = isinstance(store, DatabasePushNotificationConfigStore) and getattr(self.ledger, "engine", None) is store.engine
         if not in_ledger:
             await self.add(config, context, after)
             return
-        await store._ensure_initialized()
+        if not store._initialized:
+            await store.initialize()
         self.logged.add(config.task_id)
         self._configs[(config.task_id, config.id)] = config
-        saved = normalize_push_notification_config(config.task_id, config)
         table = store.config_model.__table__
-        row = config_row(store, saved, store.owner_resolver(context))
+        row = config_row(store, config, store.owner_resolver(context))
         delivery = Delivery(config.task_id, config.id, self.agent, after, due_at=self.clock.now())
         if self._fresh(delivery):
             self._new.add((config.task_id, config.id))

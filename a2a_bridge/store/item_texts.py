@@ -1,6 +1,7 @@
-"""The JSON text of a task's history messages and artifacts, kept by content: each save of a task writes its whole
-history and all its artifacts again (a SendMessage's three saves convert its message three times and its artifact
-twice), so the text of an item already written is reused instead of converted and encoded anew."""
+"""The JSON text of a task's history messages, artifacts and status, kept by content: each save of a task writes its
+whole history and all its artifacts again (a SendMessage's three saves convert its message three times and its
+artifact twice), and a save of a task with push configs logs its artifacts and status updates before its row holds
+them (`push/logged_events`), so the text of an item already written is reused instead of converted and encoded anew."""
 
 from collections.abc import Iterable
 
@@ -17,9 +18,9 @@ KEPT_BYTES = 2048
 
 
 class ItemTexts:
-    """The texts of one kind of item (history messages, or artifacts), by the item's deterministic protobuf bytes: equal
-    bytes are equal fields, so the same `to_dict` and the same text. Only plain items are kept (`to_plain_dict`: no
-    map, whose keys a copy may order otherwise, and no float)."""
+    """The texts of one kind of item (history messages, or artifacts), by the item's protobuf bytes: equal bytes are
+    equal fields, so the same `to_dict` and the same text. Only plain items are kept (`to_plain_dict`: no map, whose
+    entries neither serialize nor convert in a set order, and no float)."""
 
     def __init__(self, kept: int = KEPT) -> None:
         self._texts: dict[bytes, str] = {}
@@ -33,7 +34,7 @@ class ItemTexts:
         """`column_json(to_dict(item))`, reused where an item of the same content was written before."""
         if item.ByteSize() > KEPT_BYTES:
             return column_json(to_dict(item))
-        key = item.SerializeToString(deterministic=True)
+        key = item.SerializeToString()
         text = self._texts.get(key)
         if text is None:
             value, plain = to_plain_dict(item)
@@ -43,3 +44,43 @@ class ItemTexts:
                     del self._texts[next(iter(self._texts))]
                 self._texts[key] = text
         return text
+
+
+class LastText:
+    """The text of the last item written, by its protobuf bytes: a status, logged with its update event, then written in
+    its task's row by the same save (a status carries its timestamp: no other save writes the same)."""
+
+    def __init__(self) -> None:
+        self._key = b""
+        self._text = ""
+
+    def text(self, item: Message) -> str:
+        """`column_json(to_dict(item))`, kept for `known` (a plain item's)."""
+        key = item.SerializeToString()
+        if key == self._key and self._text:
+            return self._text
+        value, plain = to_plain_dict(item)
+        text = column_json(value)
+        self._key, self._text = (key, text) if plain else (b"", "")
+        return text
+
+    def known(self, item: Message) -> str | None:
+        """The text kept, if the item has the last item's content (no key is made while none is kept)."""
+        if not self._text or item.SerializeToString() != self._key:
+            return None
+        return self._text
+
+
+class TaskTexts:
+    """The texts kept of the items a task's row and its logged events hold: artifacts and history messages by content,
+    and the last status logged, which the row of the same save reuses (`known`)."""
+
+    def __init__(self) -> None:
+        self.artifacts = ItemTexts()
+        self.history = ItemTexts()
+        self.status = LastText()
+
+
+TEXTS = TaskTexts()
+"""The process's texts, shared by every ledger's task rows and by the event log's bodies: an item's text depends on its
+content alone, so a text written for either serves both (an artifact logged, then saved in its task's row)."""

@@ -34,7 +34,8 @@ from sqlalchemy.sql.dml import Insert
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.core.task_status import Notification
 from a2a_bridge.store.ledger import ClaimEvent, Delivery, TaskRecord
-from a2a_bridge.store.item_texts import ItemTexts
+from a2a_bridge.store.column_json import JsonText
+from a2a_bridge.store.item_texts import TaskTexts
 from a2a_bridge.store.proto_json import to_dict
 
 metadata = MetaData()
@@ -258,7 +259,13 @@ def record_of(row: Any) -> TaskRecord:
 
 
 def delivery_row(delivery: Delivery) -> dict[str, Any]:
-    return delivery._asdict()
+    """The outbox row of a delivery, its fields by name (written out: `_asdict` is the interpreted namedtuple's)."""
+    return {
+        "task_id": delivery.task_id, "config_id": delivery.config_id, "agent": delivery.agent,
+        "delivered": delivery.delivered, "attempts": delivery.attempts, "due_at": delivery.due_at,
+        "failing_since": delivery.failing_since, "dead": delivery.dead, "last_error": delivery.last_error,
+        "holder": delivery.holder, "held_until": delivery.held_until, "holds": delivery.holds,
+    }
 
 
 def delivery_of(row: Any) -> Delivery:
@@ -278,23 +285,26 @@ def event_rows(events: list[ClaimEvent]) -> list[dict[str, Any]]:
     return [event.row() for event in events]
 
 
-def task_row(task: Task, owner: str, texts: tuple[ItemTexts, ItemTexts] | None = None) -> dict[str, Any]:
+def task_row(task: Task, owner: str, texts: TaskTexts | None = None) -> dict[str, Any]:
     """The row of the SDK's task table for a task, column for column as the SDK's `DatabaseTaskStore._to_orm` maps it
     (tests/store/test_group_commit.py holds the two equal), written with the faster `proto_json.to_dict`; with `texts`
-    (of the artifacts, of the history messages) those two columns are their JSON text, each item's written as it comes
-    or reused (`item_texts`): a large task is never held as dicts and as text at once."""
+    the artifacts and history columns are their JSON text, each item's written as it comes or reused (`item_texts`): a
+    large task is never held as dicts and as text at once; and the status is the text its logged event was written
+    with, where the save logs it."""
+    known = None
     if texts is None:
         artifacts: Any = [to_dict(artifact) for artifact in task.artifacts]
         history: Any = [to_dict(message) for message in task.history]
     else:
-        artifacts, history = texts[0].array(task.artifacts), texts[1].array(task.history)
+        artifacts, history = texts.artifacts.array(task.artifacts), texts.history.array(task.history)
+        known = texts.status.known(task.status)
     return {
         "id": task.id,
         "context_id": task.context_id,
         "kind": "task",
         "owner": owner,
         "last_updated": task.status.timestamp.ToDatetime() if task.status.HasField("timestamp") else None,
-        "status": to_dict(task.status),
+        "status": to_dict(task.status) if known is None else JsonText(known),
         "artifacts": artifacts,
         "history": history,
         "protocol_version": "1.0",

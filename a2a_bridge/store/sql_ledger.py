@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.store.push_rows import Change, Drop, Hold, Settle
 from a2a_bridge.store.group_commit import GroupCommit
-from a2a_bridge.store.item_texts import ItemTexts
+from a2a_bridge.store.item_texts import TEXTS
 from a2a_bridge.store.ledger import (
     HELD,
     ClaimEvent,
@@ -102,8 +102,8 @@ class SqlLedger(SqlDeliveries):
         self._writes: GroupCommit[Write, Outcome] = GroupCommit(self._write_many, self._write_one)
         self._sqlite = SqliteBatch(engine.dialect) if engine.dialect.name == "sqlite" else None
         self._pg = PgBatch(engine.dialect) if self._sqlite is None else None
-        self._texts = (ItemTexts(), ItemTexts())
-        """The JSON texts of the artifacts and of the history messages saved last (`item_texts`)."""
+        self._texts = TEXTS
+        """The JSON texts of the artifacts, history messages and statuses written last (`item_texts`)."""
         self._writer: AsyncConnection | None = None
         """On PostgreSQL the connection the group commit writes on, kept from one batch to the next (the batches run one
         at a time), so that a batch costs no checkout from the pool and no reset on its return; given back to the pool

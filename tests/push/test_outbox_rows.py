@@ -1,15 +1,18 @@
 """What the outbox writes: the push config row of a task's save, what the SDK's store writes for the same config
-(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; delivery ids, stable; each event
+(`_to_orm`), its JSON compact, read back by the SDK's store as the same config; the outbox row of a delivery, every
+field; delivery ids, stable; each event
 logged as its StreamResponse's JSON; and a message
 with a push config on SQLite, written with its task and delivered from what this process wrote."""
 
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import orjson
 from a2a.types import (
     Artifact,
@@ -35,23 +38,33 @@ from a2a_bridge.core.clock import SystemClock
 from a2a_bridge.core.config import SecurityConfig, parse_network
 
 from a2a_bridge.push.logged_events import END, MESSAGE, UPDATE, event_kind, logged_body
-from a2a_bridge.push.config_rows import config_row
+from a2a_bridge.push.config_rows import TEXT_FIELDS, config_json, config_row
 from a2a_bridge.push.attempts import IDS, delivery_id
+from a2a_bridge.store.proto_json import to_dict
+from a2a_bridge.store.ledger_tables import deliveries_table, delivery_row
+from a2a_bridge.store.push_rows import Delivery
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, eventually
 
 RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
 
 
-def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path) -> None:
+CONFIGS = [
+    TaskPushNotificationConfig(
+        task_id="task-1", id="hook-1", url="https://hooks.example.com/h?x=1", token="t0k",
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
+    ),
+    TaskPushNotificationConfig(task_id="task-1", id="hook-1", url="http://127.0.0.1:9/h", token="t0k"),
+    TaskPushNotificationConfig(task_id="task-1", id="hook-1", url="http://127.0.0.1:9/h", tenant="acme"),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["authentication", "token", "tenant"])
+def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path, config: TaskPushNotificationConfig) -> None:
     async def check() -> None:
         stores = Stores(StoreConfig.parse(f"sqlite:///{tmp_path / 'rows.db'}"))
         _, push_store = stores.for_agent("agent")
         try:
-            config = TaskPushNotificationConfig(
-                task_id="task-1", id="hook-1", url="https://hooks.example.com/h?x=1", token="t0k",
-                authentication=AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
-            )
             row = config_row(push_store, config, "alice")  # type: ignore[arg-type]
             model = push_store._to_orm("task-1", config, "alice")  # type: ignore[attr-defined]
             table = push_store.config_model.__table__  # type: ignore[attr-defined]
@@ -66,6 +79,28 @@ def test_the_config_row_is_the_sdk_stores_row(tmp_path: Path) -> None:
 
     asyncio.run(check())
 
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["authentication", "token", "tenant"])
+def test_a_configs_json_is_its_proto_json(config: TaskPushNotificationConfig) -> None:
+    assert config_json(config) == orjson.dumps(to_dict(config))
+
+
+def test_every_field_of_a_push_config_but_its_authentication_is_a_text_field() -> None:
+    fields = TaskPushNotificationConfig.DESCRIPTOR.fields
+    assert [(field.name, field.json_name) for field in fields if field.name != "authentication"] == list(TEXT_FIELDS)
+    texts = [field for field in fields if field.name != "authentication"]
+    assert all(field.type == field.TYPE_STRING and not field.is_repeated for field in texts)
+
+
+def test_the_outbox_row_holds_every_field_of_its_delivery() -> None:
+    delivery = Delivery(
+        "t-1", "c-1", "agent", 3, attempts=2, due_at=datetime(2026, 1, 2, tzinfo=UTC),
+        failing_since=datetime(2026, 1, 1, tzinfo=UTC), dead=True, last_error="500", holder=7,
+        held_until=datetime(2026, 1, 3, tzinfo=UTC), holds=4,
+    )
+    assert delivery_row(delivery) == delivery._asdict()
+    assert list(delivery_row(delivery)) == [column.key for column in deliveries_table.columns]
 
 
 def test_delivery_ids_are_the_name_based_uuids_receivers_have_seen() -> None:

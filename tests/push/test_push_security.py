@@ -20,7 +20,8 @@ from a2a_bridge.app import Bridge
 from a2a_bridge.capture.replay import WebhookReceiver
 from a2a_bridge.core.clock import SystemClock
 from a2a_bridge.core.config import SecurityConfig, parse_network
-from a2a_bridge.push.webhook_wire import Streams, WebhookConnections, WireError
+from a2a_bridge.push.webhook_connection import Connection, WireError, open_connection
+from a2a_bridge.push.webhook_wire import WebhookConnections
 from a2a_bridge.push.webhooks import WebhookPolicy
 from a2a_bridge.store.stores import StoreConfig, Stores
 from tests.support import A2A, LOOPBACK_WEBHOOKS, ServerProcess, rpc, wait_for
@@ -98,16 +99,16 @@ class FakeNetwork:
         self.receiver = receiver
         self.connects: list[tuple[str, int, str | None]] = []
 
-    async def open(self, address: str, port: int, context: ssl.SSLContext | None, server_hostname: str | None) -> Streams:
+    async def open(self, address: str, port: int, context: ssl.SSLContext | None, server_hostname: str | None) -> Connection:
         self.connects.append((address, port, server_hostname))
-        return await asyncio.open_connection("127.0.0.1", int(self.receiver.base.rsplit(":", 1)[1]))
+        return await open_connection("127.0.0.1", int(self.receiver.base.rsplit(":", 1)[1]), None, None)
 
 
 @pytest.fixture
 def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
     with WebhookReceiver() as receiver:
         fake = FakeNetwork(receiver)
-        monkeypatch.setattr("a2a_bridge.push.webhook_wire.open_stream", fake.open)
+        monkeypatch.setattr("a2a_bridge.push.webhook_wire.open_connection", fake.open)
         yield fake
 
 
@@ -237,7 +238,7 @@ class Recorder:
     def __init__(self) -> None:
         self.connects: list[tuple[str, int, str | None]] = []
 
-    async def open(self, address: str, port: int, context: ssl.SSLContext | None, server_hostname: str | None) -> Streams:
+    async def open(self, address: str, port: int, context: ssl.SSLContext | None, server_hostname: str | None) -> Connection:
         self.connects.append((address, port, server_hostname))
         raise ConnectionRefusedError("recorded")
 

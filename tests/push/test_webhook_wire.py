@@ -15,7 +15,8 @@ import pytest
 from a2a.types import TaskPushNotificationConfig
 
 from a2a_bridge.core.config import parse_network
-from a2a_bridge.push.webhook_wire import WebhookConnections, WebhookPoster, WireError, parse_head
+from a2a_bridge.push.webhook_connection import HEAD_BYTES, WireError, parse_head
+from a2a_bridge.push.webhook_wire import WebhookConnections, WebhookPoster
 from a2a_bridge.push.webhooks import WebhookPolicy
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -186,6 +187,72 @@ async def test_a_header_that_would_split_the_request_is_not_sent(token: str) -> 
         reason = await poster.post(config(f"http://hooks.test:{port}/h", token), b"{}", {})
     assert reason == "LocalProtocolError"
     assert seen.connections == 0
+
+
+def answering(*parts: bytes) -> Callable[[Receiver, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A receiver that answers each request with `parts`, each written and drained on its own."""
+
+    async def answer(seen: Receiver, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await seen.request(reader):
+            for part in parts:
+                writer.write(part)
+                await writer.drain()
+
+    return answer
+
+
+@pytest.mark.anyio
+async def test_an_answer_in_pieces_after_interim_heads_is_read_and_its_connection_kept() -> None:
+    pieces = [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 102 Processing\r\n", b"\r\n", b"HTTP/1.1 2", b"01 Created\r",
+              b"\nContent-Length: 7\r\n\r", b"\n", b"cre", b"ated"]
+    async with receiving(answering(*pieces)) as (seen, port):
+        connections = WebhookConnections(loopback_policy())
+        for body in (b"1", b"2", b"3"):
+            assert await connections.post(f"http://hooks.test:{port}/h", {}, body) == 201
+    assert seen.connections == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 100 Continue\r\n\r\n" * 4 + OK,
+    b"HTTP/1.1 200 OK\r\nX-Filler: " + b"x" * HEAD_BYTES + b"\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-Filler: " + b"x" * HEAD_BYTES,
+])
+async def test_too_many_interim_heads_or_too_long_a_head_fail_the_post(answer: bytes) -> None:
+    async with receiving(answering(answer)) as (seen, port):
+        with pytest.raises(WireError, match="RemoteProtocolError"):
+            await WebhookConnections(loopback_policy()).post(f"http://hooks.test:{port}/h", {}, b"{}")
+        await asyncio.wait_for(seen.closed.wait(), 10)
+
+
+@pytest.mark.anyio
+async def test_a_body_cut_short_still_has_its_status_and_the_connection_is_not_kept() -> None:
+    async def cut(seen: Receiver, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await seen.request(reader):
+            writer.write(b"HTTP/1.1 503 Unavailable\r\nContent-Length: 100\r\n\r\nnot all of it")
+            await writer.drain()
+
+    async with receiving(cut) as (seen, port):
+        poster = WebhookPoster(WebhookConnections(loopback_policy()))
+        assert await poster.post(config(f"http://hooks.test:{port}/h"), b"1", {}) == "HTTP 503"
+        assert await poster.post(config(f"http://hooks.test:{port}/h"), b"2", {}) == "HTTP 503"
+    assert seen.connections == 2
+
+
+@pytest.mark.anyio
+async def test_bytes_beyond_the_answer_or_while_idle_close_the_connection() -> None:
+    """A receiver that sends more than the answer it was asked for is not trusted with the next request."""
+    async with receiving(answering(OK + b"HTTP/1.1 200 OK\r\n")) as (seen, port):
+        connections = WebhookConnections(loopback_policy())
+        assert await connections.post(f"http://hooks.test:{port}/h", {}, b"1") == 200
+        assert await connections.post(f"http://hooks.test:{port}/h", {}, b"2") == 200
+    assert seen.connections == 2
+    async with receiving(answering(OK, b"HTTP/1.1 200 OK\r\n")) as (seen, port):
+        connections = WebhookConnections(loopback_policy())
+        assert await connections.post(f"http://hooks.test:{port}/h", {}, b"1") == 200
+        await asyncio.wait_for(seen.closed.wait(), 10)
+        assert await connections.post(f"http://hooks.test:{port}/h", {}, b"2") == 200
+    assert seen.connections == 2
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:

@@ -1,12 +1,13 @@
 """store.item_texts: an item's text is `column_json(to_dict(item))` whether converted or reused; only plain, small
-items are kept, at most the number asked."""
+items are kept, at most the number asked; the last status's text is known again for a status of the same content
+only, and only a plain one's."""
 
 import json
 
-from a2a.types import Artifact, Message, Part
+from a2a.types import Artifact, Message, Part, TaskState, TaskStatus
 
 from a2a_bridge.store.column_json import column_json
-from a2a_bridge.store.item_texts import KEPT_BYTES, ItemTexts
+from a2a_bridge.store.item_texts import KEPT_BYTES, ItemTexts, LastText
 from a2a_bridge.store.proto_json import to_dict
 
 
@@ -35,3 +36,18 @@ def test_only_plain_small_items_are_kept_and_at_most_kept() -> None:
         texts.text(message(str(index)))
     assert len(texts._texts) == 2
     assert message("0").SerializeToString(deterministic=True) not in texts._texts
+
+
+def test_the_last_text_is_known_for_the_same_content_only() -> None:
+    last = LastText()
+    done = TaskStatus(state=TaskState.TASK_STATE_COMPLETED, message=message("done"))
+    assert last.known(done) is None
+    assert last.text(done) == column_json(to_dict(done))
+    copy = TaskStatus()
+    copy.CopyFrom(done)
+    assert last.known(copy) == column_json(to_dict(done))
+    assert last.known(TaskStatus(state=TaskState.TASK_STATE_FAILED, message=message("done"))) is None
+    structured = TaskStatus(state=TaskState.TASK_STATE_COMPLETED, message=message("x"))
+    structured.message.metadata.update({"b": 1, "a": "z"})
+    assert last.text(structured) == column_json(to_dict(structured))
+    assert last.known(structured) is None and last.known(done) is None
