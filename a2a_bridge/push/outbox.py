@@ -122,8 +122,7 @@ class Outbox:
         if not in_ledger:
             await self.add(config, context, after)
             return
-        if not store._initialized:
-            await store.initialize()
+        await store._ensure_initialized()
         self.logged.add(config.task_id)
         self._configs[(config.task_id, config.id)] = config
         table = store.config_model.__table__
