@@ -16,9 +16,6 @@ from a2a_bridge.store.ledger_batch import Outcome, Write
 from a2a_bridge.store.ledger_tables import deliveries_table, delivery_of, delivery_row, events_table
 from a2a_bridge.store.push_rows import Change, Delivery, Drop, Hold, Settle
 
-LATER = 0.05
-"""Seconds a change left to the next group commit (`later`) waits at the most for another write to begin one."""
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class SqlDeliveries:
@@ -29,7 +26,6 @@ class SqlDeliveries:
     shared: bool
     _writes: GroupCommit[Write, Outcome]
     _event_reads: GroupCommit[tuple[str, int], list[tuple[int, str]]] | None = None
-    _flush: asyncio.TimerHandle | None = None
 
     async def _init(self) -> None: ...
 
@@ -81,18 +77,13 @@ class SqlDeliveries:
 
     def later(self, change: Change) -> "asyncio.Future[bool]":
         """A change of an outbox row written with the ledger's next group commit, beginning none of its own (a save's,
-        or one begun LATER seconds on at the most): whether it changed its row. The changes are written in the order
-        asked, after the saves of their batch. (The ledger is initialised: its outbox rows were read or written.)"""
+        or one begun after the group commit's `linger` at the most): whether it changed its row. The changes are
+        written in the order asked, after the saves of their batch. (The ledger is initialised: its outbox rows were
+        read or written.)"""
         outcome = self._writes.later(change)
-        if self._flush is None:
-            self._flush = asyncio.get_running_loop().call_later(LATER, self._flushed)
         changed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(lambda done: _answer(done, changed))
         return changed
-
-    def _flushed(self) -> None:
-        self._flush = None
-        self._writes.flush()
 
     async def events_after(self, task_id: str, seq: int) -> list[tuple[int, str]]:
         """A task's logged events after `seq`, in order: read with the other reads asked meanwhile, in one query."""

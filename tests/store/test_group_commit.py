@@ -69,6 +69,32 @@ async def _test_writes_submitted_while_a_batch_runs_share_the_next_batch() -> No
     assert store.batches == [["a"], ["b", "c", "d"]]
 
 
+def test_items_left_for_later_ride_with_the_next_batch_and_never_begin_one_alone() -> None:
+    asyncio.run(_test_items_left_for_later_ride_with_the_next_batch_and_never_begin_one_alone())
+
+
+async def _test_items_left_for_later_ride_with_the_next_batch_and_never_begin_one_alone() -> None:
+    """An item left for later while a batch runs waits for the next item submitted, not for that batch's end (which
+    would begin a transaction for it alone); with none submitted it is written once `linger` has passed."""
+    store = Recorder()
+    commit: GroupCommit[str, str] = GroupCommit(store.write_many, store.write_one, linger=3600.0)
+    first = asyncio.ensure_future(commit.submit("a"))
+    while not store.batches:
+        await asyncio.sleep(0)
+    left = commit.later("x")
+    store.gate.set()
+    assert await first == "A"
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert store.batches == [["a"]] and not left.done(), "the batch's end began none for the later item"
+    assert await commit.submit("b") == "B"
+    assert await left == "X"
+    assert store.batches == [["a"], ["x", "b"]]
+    lingering: GroupCommit[str, str] = GroupCommit(store.write_many, store.write_one, linger=0.01)
+    assert await asyncio.wait_for(lingering.later("y"), 5) == "Y"
+    assert store.batches[-1] == ["y"]
+
+
 def test_a_failing_write_fails_alone_and_the_others_commit() -> None:
     asyncio.run(_test_a_failing_write_fails_alone_and_the_others_commit())
 
