@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 
+from a2a_bridge.store.event_rows import row_events
 from tests.support import A2A, free_port, rpc, user_message
 
 RUN = "Run the unit tests for payments-api at commit 4b2d9a7"
@@ -155,9 +156,10 @@ def event_revisions(bodies: list[tuple[str, int, str]]) -> dict[str, list[int]]:
     """Per task, the revisions of its logged events that its webhooks carry (all but messages), from (task, seq, body)
     rows of the event log."""
     found: dict[str, list[int]] = {}
-    for task_id, seq, body in bodies:
-        if "message" not in json.loads(body):
-            found.setdefault(task_id, []).append(seq)
+    for task_id, row_seq, row_body in bodies:
+        for seq, body in row_events(row_seq, row_body):
+            if "message" not in json.loads(body):
+                found.setdefault(task_id, []).append(seq)
     return {task_id: sorted(seqs) for task_id, seqs in found.items()}
 
 

@@ -27,8 +27,8 @@ its body (a "t" notice), and read from the log."""
 
 
 def event_notices(logged: list[dict[str, Any]]) -> list[str]:
-    """"e:<task id>:<seq>:<body>" for each logged event short enough to travel in its notice: a replica following the
-    task hands it on without reading the log."""
+    """"e:<task id>:<seq>:<body>" for each event-log row (a save's events: `event_rows`) short enough to travel in its
+    notice: a replica following the task hands them on without reading the log."""
     notices = (f"e:{row['task_id']}:{row['seq']}:{row['body']}" for row in logged)
     return [notice for notice in notices if len(notice.encode()) <= MAX_PAYLOAD]
 

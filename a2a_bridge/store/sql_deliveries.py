@@ -11,6 +11,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from a2a_bridge.store.event_rows import row_events
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.ledger_batch import Outcome, Write
 from a2a_bridge.store.ledger_tables import deliveries_table, delivery_of, delivery_row, events_table
@@ -100,7 +101,7 @@ class SqlDeliveries:
         async with self.reader.connect() as conn:
             for row in (await conn.execute(query)).all():
                 if row.seq > first[row.task_id]:
-                    after[row.task_id].append((row.seq, row.body))
+                    after[row.task_id] += row_events(row.seq, row.body)
         return [[event for event in after[task_id] if event[0] > seq] for task_id, seq in asked]
 
     async def _events_one(self, asked: tuple[str, int]) -> list[tuple[int, str]]:

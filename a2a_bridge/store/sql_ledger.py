@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from a2a_bridge.core.claims import TERMINAL, Claim
 from a2a_bridge.store.push_rows import Change, Drop, Hold, Settle
+from a2a_bridge.store.event_rows import log_rows
 from a2a_bridge.store.group_commit import GroupCommit
 from a2a_bridge.store.item_texts import TEXTS
 from a2a_bridge.store.ledger import (
@@ -241,7 +242,7 @@ class SqlLedger(SqlDeliveries):
         group_commit). A new task is written only if absent (TaskExists), an existing one only over the record version
         its writer holds and never once ended (Fenced): a refused save writes none of them."""
         await self._init()
-        rows = tuple({"task_id": record.task_id, "seq": seq, "body": body} for seq, body in log)
+        rows = log_rows(record.task_id, log)
         deliveries = tuple(delivery_row(added.delivery) for added in pushed)
         configs = tuple((added.table, added.config) for added in pushed if added.table is not None and added.config)
         table, row = None, None

@@ -16,6 +16,7 @@ from a2a.utils.errors import InternalError
 from google.protobuf.json_format import Parse
 
 from a2a_bridge.core.task_events import Event
+from a2a_bridge.store.event_rows import row_events
 from a2a_bridge.store.ledger import HELD
 from a2a_bridge.store.store_faults import OUTAGE, transient
 from a2a_bridge.tasks.host_env import HostEnv
@@ -84,12 +85,15 @@ class LogFeeds:
                 feed.reader.cancel()
 
     def heard(self, task_id: str, detail: str) -> None:
-        """An event logged by some replica, announced with its body ("<seq>:<body>"): handed on at once when it is
-        the next one a feed of this process waits for (the reader's next read skips it)."""
+        """Events logged by some replica, announced with their row ("<seq>:<body>", `event_rows`): each handed on at
+        once when it is the next one a feed of this process waits for (the reader's next read skips it)."""
         feed = self.feeds.get(task_id)
         seq, _, body = detail.partition(":")
-        if feed is not None and seq.isdigit() and int(seq) == feed.seq + 1:
-            self._hand_on(feed, int(seq), event_of(body))
+        if feed is None or not seq.isdigit():
+            return
+        for revision, text in row_events(int(seq), body):
+            if revision == feed.seq + 1:
+                self._hand_on(feed, revision, event_of(text))
 
     async def _rows(self, task_id: str, seq: int) -> list[tuple[int, Event]]:
         rows = await self.env.ledger.events_after(task_id, seq)

@@ -18,6 +18,7 @@ import pytest
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import DatabasePushNotificationConfigStore
 from a2a.types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
+from sqlalchemy import text
 
 from a2a_bridge.core.auth import owner_context
 from a2a_bridge.core.claims import Claim
@@ -214,6 +215,33 @@ def test_claim_events_and_sent_messages_come_back_as_stored(store_url: str) -> N
     """A task's claim events in the order posted, with their evidence and times; a message id remembered per agent and
     owner with its fingerprint and task, the first one kept (what idempotent retries rely on), on every store."""
     asyncio.run(claim_events_and_messages(url=store_url))
+
+
+async def event_log(url: str) -> None:
+    owner = owner_context(OWNER)
+    async with opened(url) as (stores, ledger):
+        store, _ = stores.for_agent("agent")
+        await ledger.start_session(datetime.now(UTC))
+        task_id = str(uuid.uuid4())
+        first = [(1, '{"statusUpdate":{"taskId":"a b"}}'), (3, '{"artifactUpdate":{"x":"h\\u00e9 \\n ✓"}}')]
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_WORKING), owner, record(task_id, "claimed", 3, version=1), [], new=True, log=first)
+        second = [(4, '{"statusUpdate":{}}'), (5, "{}"), (6, '{"statusUpdate":{"n":6}}')]
+        await ledger.save(store, task(task_id, TaskState.TASK_STATE_COMPLETED), owner, record(task_id, "completed", 6, version=2), [], log=second)
+        assert await ledger.events_after(task_id, 0) == first + second, "each event under its revision, in order"
+        assert await ledger.events_after(task_id, 1) == first[1:] + second
+        assert await ledger.events_after(task_id, 4) == second[1:], "from within a save's events"
+        assert await ledger.events_after(task_id, 6) == []
+        if stores.engine is not None:
+            async with stores.engine.connect() as conn:
+                query = text("SELECT seq FROM bridge_events WHERE task_id = :task_id ORDER BY seq")
+                rows = (await conn.execute(query, {"task_id": task_id})).all()
+            assert [row.seq for row in rows] == [3, 6], "one row per save, under its last revision"
+
+
+def test_the_events_of_a_save_come_back_one_by_one_under_their_revisions(store_url: str) -> None:
+    """A save's logged events (revisions with gaps, where a save's item is the task itself) read back each under its
+    revision, from any revision on, on every store (SQLite and PostgreSQL keep a save's events in one row)."""
+    asyncio.run(event_log(store_url))
 
 
 async def outbox_rows(url: str) -> None:
