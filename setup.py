@@ -17,9 +17,10 @@ COMPILED = [
     "http/agent_mounts", "http/binding_paths", "http/direct_rpc", "http/front_door", "http/json_bodies",
     "http/limits", "http/media_type", "http/message_checks", "http/request_body", "http/request_guard",
     "push/attempts", "push/config_rows", "push/logged_events", "push/outbox", "push/webhook_connection",
-    "push/webhook_wire", "push/workers", "store/column_json", "store/delivery_batch", "store/event_rows", "store/group_commit",
-    "store/item_texts", "store/ledger", "store/ledger_batch", "store/ledger_tables", "store/pg_batch",
-    "store/pg_save_statement", "store/pg_session", "store/proto_json", "store/push_rows", "store/sql_deliveries",
+    "push/webhook_wire", "push/workers", "store/column_json", "store/delivery_batch", "store/event_rows",
+    "store/group_commit", "store/item_texts", "store/ledger", "store/ledger_batch", "store/ledger_tables",
+    "store/pg_batch", "store/pg_save_statement", "store/pg_session", "store/proto_json", "store/push_rows",
+    "store/sql_deliveries",
     "tasks/eager", "tasks/host_env", "tasks/idempotency", "tasks/live_tasks", "tasks/mailbox", "tasks/task_writer",
     "tasks/turns",
 ]
