@@ -67,10 +67,10 @@ def add_user_input(task: Task, message: Message, now: datetime) -> None:
 def append_artifact(task: Task, event: TaskArtifactUpdateEvent) -> None:
     """Add an artifact, replace it, or append its parts; `append` to an unknown id starts it."""
     incoming = event.artifact
-    for existing in task.artifacts:
+    for existing in task.artifacts[:]:
         if existing.artifact_id == incoming.artifact_id:
             if event.append:
-                existing.parts.extend(incoming.parts)
+                existing.parts.extend(incoming.parts[:])
                 existing.metadata.update(incoming.metadata)
             else:
                 existing.CopyFrom(incoming)

@@ -45,7 +45,7 @@ def check_message(params: SendMessageRequest, limits: Limits, input_modes: froze
         raise errors.invalid_field("message.parts", "parts must hold at least one part")
     if len(parts) > limits.max_parts:
         raise errors.invalid_field("message.parts", f"a message may hold at most {limits.max_parts} parts")
-    for index, part in enumerate(parts):
+    for index, part in enumerate(parts[:]):
         kind = part.WhichOneof("content")
         if kind is None:
             raise errors.invalid_field(f"message.parts[{index}]", "a part needs text, raw, url or data")

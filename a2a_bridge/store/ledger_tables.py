@@ -301,7 +301,7 @@ def task_row(task: Task, owner: str, texts: TaskTexts | None = None) -> dict[str
         artifacts: Any = [to_dict(artifact) for artifact in task.artifacts]
         history: Any = [to_dict(message) for message in task.history]
     else:
-        artifacts, history = texts.artifacts.array(task.artifacts), texts.history.array(task.history)
+        artifacts, history = texts.artifacts.array(task.artifacts[:]), texts.history.array(task.history[:])
         known = texts.status.known(task.status)
     return {
         "id": task.id,

@@ -49,18 +49,20 @@ def to_plain_dict(message: Message) -> tuple[dict[str, Any], bool]:
 
 
 def _fields(message: Message, marks: list[str]) -> dict[str, Any]:
-    """A message's fields as JSON; the name of each field written by `MessageToDict` goes to `marks`."""
+    """A message's fields as JSON; the name of each field written by `MessageToDict` goes to `marks`. A repeated field
+    is read as its slice (a list): protobuf's containers have no iterator, and iterating one ends on an IndexError whose
+    message is formatted each time."""
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
         name, repeated, convert = _CONVERTERS.get(field) or _converter(field)
         if convert is None:
-            out[name] = list(value) if repeated else value
+            out[name] = value[:] if repeated else value
         elif convert is _fields:
-            out[name] = [_fields(item, marks) for item in value] if repeated else _fields(value, marks)
+            out[name] = [_fields(item, marks) for item in value[:]] if repeated else _fields(value, marks)
         else:
             if convert is MessageToDict:
                 marks.append(name)
-            out[name] = [convert(item) for item in value] if repeated else convert(value)
+            out[name] = [convert(item) for item in value[:]] if repeated else convert(value)
     return out
 
 
@@ -79,7 +81,8 @@ def _converter(field: FieldDescriptor) -> tuple[str, bool, Convert | None]:
     elif kind == FieldDescriptor.TYPE_MESSAGE and not _is_map(field.message_type):
         convert = _message(field.message_type)
     else:
-        convert = _unsupported(field)
+        _CONVERTERS[field] = (field.json_name, False, _unsupported(field))  # a map too: refused whole, never sliced
+        return _CONVERTERS[field]
     _CONVERTERS[field] = (field.json_name, field.is_repeated, convert)
     return _CONVERTERS[field]
 

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
+from a2a_bridge.store import sqlite_adapters
 from a2a_bridge.store.column_json import column_json
 from a2a_bridge.store.ledger import Ledger, MemoryLedger
 from a2a_bridge.store.ledger_batch import LARGE, LARGE_BINDING, bound_bytes
@@ -204,6 +205,7 @@ class Stores:
             if not sqlite:
                 self.reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             if sqlite:
+                sqlite_adapters.install()
                 event.listen(self.engine.sync_engine, "reset", roll_back_open_transaction)
                 event.listen(self.engine.sync_engine, "connect", write_ahead_log)
                 event.listen(self.engine.sync_engine, "after_cursor_execute", note_large_binding)

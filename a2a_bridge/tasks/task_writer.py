@@ -68,8 +68,8 @@ class TaskWriter:
         if agent_task is not None:
             if agent_task.history:
                 del task.history[:]
-                task.history.extend(agent_task.history)
-            task.artifacts.extend(agent_task.artifacts)
+                task.history.extend(agent_task.history[:])
+            task.artifacts.extend(agent_task.artifacts[:])
             if agent_task.HasField("metadata"):
                 task.metadata.update(agent_task.metadata)
         owner = pending.owner.user.user_name
