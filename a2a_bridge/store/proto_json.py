@@ -69,6 +69,7 @@ def _fields(message: Message, marks: list[str]) -> dict[str, Any]:
 def _converter(field: FieldDescriptor) -> tuple[str, bool, Convert | None]:
     """How one field's value (each item of a repeated field) becomes JSON; whole-field fallbacks for the rest."""
     kind = field.type
+    repeated = field.is_repeated
     convert: Convert | None
     if kind in _PLAIN:
         convert = None
@@ -81,9 +82,9 @@ def _converter(field: FieldDescriptor) -> tuple[str, bool, Convert | None]:
     elif kind == FieldDescriptor.TYPE_MESSAGE and not _is_map(field.message_type):
         convert = _message(field.message_type)
     else:
-        _CONVERTERS[field] = (field.json_name, False, _unsupported(field))  # a map too: refused whole, never sliced
-        return _CONVERTERS[field]
-    _CONVERTERS[field] = (field.json_name, field.is_repeated, convert)
+        convert = _unsupported(field)
+        repeated = False  # a map too: refused whole, never sliced
+    _CONVERTERS[field] = (field.json_name, repeated, convert)
     return _CONVERTERS[field]
 
 
