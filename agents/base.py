@@ -20,7 +20,7 @@ from a2a.types import (
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.json_format import ParseDict
 
-from a2a_bridge.core.ids import random_id
+from a2a_bridge.core.ids import ordered_id
 from a2a_bridge.tasks.live_tasks import canceled_text
 
 Pause = Callable[[float], Awaitable[None]]
@@ -99,7 +99,7 @@ class KitAgent(AgentExecutor):
     def __init__(self, pace: float = 0.25, pause: Pause = asyncio.sleep, new_id: Callable[[], str] | None = None) -> None:
         self.pace = pace
         self.pause = pause
-        self.new_id = new_id or random_id
+        self.new_id = new_id or ordered_id
 
     def emitter(self, queue: EventQueue, context: RequestContext) -> Emitter:
         return Emitter(queue, context, self.new_id)

@@ -51,7 +51,7 @@ from a2a_bridge.core.config import (
     parse_public_url,
     user_entry,
 )
-from a2a_bridge.core.ids import random_id
+from a2a_bridge.core.ids import ordered_id
 from a2a_bridge.http.read_timeouts import timed
 from a2a_bridge.http.request_guard import LOOPBACK_HOSTS, is_loopback
 from a2a_bridge.http.shutdown import BoundedServer, Draining
@@ -303,7 +303,7 @@ async def serve(args: argparse.Namespace) -> None:
         local + await remotes.specs([spec.name for spec in local]),
         stores,
         SystemClock(),
-        random_id,
+        ordered_id,
         settings,
         security=args.security,
         grpc=None if args.grpc_port is None else GrpcSettings(args.host, args.grpc_port, f"http://{args.host}:{args.port}"),
