@@ -47,7 +47,7 @@ records_table = Table(
     "bridge_tasks",
     metadata,
     Column("task_id", String(64), primary_key=True),
-    Column("agent", String(64), nullable=False, index=True),
+    Column("agent", String(64), nullable=False),
     Column("owner", String(255), nullable=False),
     Column("responsible_user", String(255), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
@@ -55,7 +55,7 @@ records_table = Table(
     Column("state", String(40), nullable=False),
     Column("notifications", JSON, nullable=False),
     Column("idle_expires_at", DateTime(timezone=True), nullable=True, index=True),
-    Column("claim_state", String(40), nullable=False, index=True),
+    Column("claim_state", String(40), nullable=False),
     Column("claim_generation", Integer, nullable=False),
     Column("session_generation", Integer, nullable=False),
     Column("lease_until", DateTime(timezone=True), nullable=True),
@@ -68,7 +68,9 @@ records_table = Table(
 )
 """`version` is the record's fencing token (`TaskRecord.version`), `stored_bytes` the task's size as stored, summed by
 owner over the index on (owner, stored_bytes) for `max_stored_bytes`; both were added after the table, so a database
-made before them gets the columns (and the index) at start (`SqlLedger`)."""
+made before them gets the columns (and the index) at start (`SqlLedger`). No index of `agent` or `claim_state` alone:
+`ADDED_INDEXES` begin with each, and every save whose claim moves changed each index of `claim_state` (a database made
+before keeps its two, which serve the same reads: no index is dropped under running replicas)."""
 
 claim_events_table = Table(
     "bridge_claim_events",

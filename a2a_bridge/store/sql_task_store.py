@@ -47,6 +47,19 @@ def listing_indexes(table: Table) -> list[Index]:
     return [found.get(index) or Index(index, *(table.c[c] for c in columns)) for index, columns in wanted.items()]
 
 
+def drop_redundant_indexes(table: Table) -> None:
+    """Leave out of a task table's declaration the SDK's two indexes that others already serve, so that a table made
+    from it lacks them: its index of `id` alone (the primary key's own index is the same) and `idx_*_owner_last_updated`
+    (the first two columns of ListTasks' `ix_*_owner_updated_id`). Each is one more B-tree every save writes, and
+    `last_updated` changes with every save. A table made before keeps them (no index is dropped under running
+    replicas)."""
+    prefix = f"idx_{table.name}_owner_last_updated"
+    for index in list(table.indexes):
+        names = [column.name for column in index.columns]
+        if index.name == prefix or names == [column.name for column in table.primary_key.columns]:
+            table.indexes.discard(index)
+
+
 def _from_ns(timestamp_ns: int) -> datetime:
     """A cursor's nanoseconds as the naive UTC datetime the column holds (InvalidParamsError when out of range)."""
     timestamp = Timestamp()
@@ -68,6 +81,7 @@ class SqlTaskStore(DatabaseTaskStore):
         self.task_model = model
         self._reads = async_sessionmaker(reader, expire_on_commit=False)
         self._table: Table = model.__table__  # type: ignore[assignment]
+        drop_redundant_indexes(self._table)
         self._indexes = listing_indexes(self._table)
         self._counts: OrderedDict[Key, int] = OrderedDict()
         self._writes = 0
