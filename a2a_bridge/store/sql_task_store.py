@@ -54,9 +54,9 @@ def drop_redundant_indexes(table: Table) -> None:
     `last_updated` changes with every save. A table made before keeps them (no index is dropped under running
     replicas)."""
     prefix = f"idx_{table.name}_owner_last_updated"
+    primary = [column.name for column in table.primary_key.columns]
     for index in list(table.indexes):
-        names = [column.name for column in index.columns]
-        if index.name == prefix or names == [column.name for column in table.primary_key.columns]:
+        if index.name == prefix or [column.name for column in index.columns] == primary:
             table.indexes.discard(index)
 
 
