@@ -31,14 +31,20 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield request.getfixturevalue("pg_database")
 
 
+async def started(url: str) -> Stores:
+    """The stores of one agent on `url`, its tables and the ledger's made (as `serve` starts them)."""
+    stores = Stores(StoreConfig.parse(url))
+    stores.for_agent(AGENT)
+    await stores.initialize()
+    await stores.ledger().start_session(datetime.now(UTC))
+    return stores
+
+
 async def opened_indexes(url: str, made_before: bool = False) -> dict[str, dict[str, list[str]]]:
     """The indexes (name: columns) of an agent's task table and of the records once its stores have started; with
     `made_before`, on a database whose tables already have the four indexes."""
-    stores = Stores(StoreConfig.parse(url))
-    stores.for_agent(AGENT)
+    stores = await started(url)
     try:
-        await stores.initialize()
-        await stores.ledger().start_session(datetime.now(UTC))
         assert stores.engine is not None
         if made_before:
             async with stores.engine.begin() as conn:
@@ -46,10 +52,7 @@ async def opened_indexes(url: str, made_before: bool = False) -> dict[str, dict[
                     for name, columns in indexes:
                         await conn.execute(text(f"CREATE INDEX {name} ON {table} ({columns})"))
             await stores.close()
-            stores = Stores(StoreConfig.parse(url))
-            stores.for_agent(AGENT)
-            await stores.initialize()
-            await stores.ledger().start_session(datetime.now(UTC))
+            stores = await started(url)
             assert stores.engine is not None
         async with stores.engine.connect() as conn:
             return await conn.run_sync(
