@@ -1,5 +1,6 @@
 """`ids.ordered_id`: the text of a version 7 UUID (RFC 9562), ids made later sorting later."""
 
+import os
 import time
 import uuid
 
@@ -42,3 +43,14 @@ def test_a_new_id_carries_the_wall_clock_time_it_was_made_at() -> None:
     before = time.time_ns() // 1_000_000
     made = uuid.UUID(ordered_id()).int >> 80
     assert before <= made <= time.time_ns() // 1_000_000
+
+
+def test_replicas_whose_clocks_agree_or_are_30_s_apart_never_make_the_same_id() -> None:
+    """Two replicas at the same instant (or one's clock stepped back onto it), and one 30 s ahead: the ids differ by
+    their random bits alone where the times agree, and the skewed replica's sort after, never equal to, the other's."""
+    now = 1_765_000_000_000_000_000
+    here = {uuid7_text(now, os.urandom(8)) for _ in range(5_000)}
+    there = {uuid7_text(now, os.urandom(8)) for _ in range(5_000)}
+    ahead = {uuid7_text(now + 30_000_000_000, os.urandom(8)) for _ in range(5_000)}
+    assert len(here | there | ahead) == 15_000
+    assert max(here | there) < min(ahead)
