@@ -396,7 +396,7 @@ class TaskWriter:
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.CopyFrom(live.task.status)
         live.unsaved.append((turn, event))
-        deferrable = not operations and not self.env.ledger.shared and not at_rest(event)
+        deferrable = not operations and not at_rest(event)
         if deferrable and len(live.unsaved) < MAX_DEFERRED:
             self.defer(live)
             return True
@@ -408,8 +408,10 @@ class TaskWriter:
     def defer(self, live: LiveTask) -> None:
         """Store what was folded in once the agent yields, so the events an agent sends back to back share one save;
         they are published only then. Deferred: events that post no claim operation (the claim that lets the agent
-        run is stored already) and, for agents whose work may repeat, the new task with its first claim (a crash
-        before that save leaves no task, and a retry of the message runs it again)."""
+        run is stored already), on every store; and, for agents whose work may repeat, the new task with its first
+        claim where no other process writes the store (a crash before that save leaves no task, and a retry of the
+        message runs it again; on a shared database the task is stored first, so a message sent to two replicas runs
+        once)."""
         if not live.flush_due:
             live.flush_due = True
             asyncio.get_running_loop().call_soon(self._flush_due, live)
