@@ -32,6 +32,7 @@ from a2a_bridge.core.auth import BridgeContextBuilder
 from a2a_bridge.http.json_bodies import json_headers, render
 from a2a_bridge.http.jsonrpc import BridgeJsonRpcDispatcher
 from a2a_bridge.http.limits import PARSED_BODY
+from a2a_bridge.store.item_texts import TEXTS, task_dict
 from a2a_bridge.store.proto_json import from_dict, to_dict, to_plain_dict
 
 sdk_log = logging.getLogger(jsonrpc_dispatcher.__name__)
@@ -54,7 +55,7 @@ async def send_message(
     holds one is copied as there, and any other is written as it is (the same JSON)."""
     result = await handler.on_message_send(params, context)
     field = "task" if isinstance(result, Task) else "message"
-    written, plain = to_plain_dict(result)
+    written, plain = task_dict(result, TEXTS) if isinstance(result, Task) else to_plain_dict(result)
     if plain:
         return {field: written}, True
     return to_dict(SendMessageResponse(**{field: result})), False

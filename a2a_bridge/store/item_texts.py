@@ -4,7 +4,10 @@ artifact twice), and a save of a task with push configs logs its artifacts and s
 them (`push/logged_events`), so the text of an item already written is reused instead of converted and encoded anew."""
 
 from collections.abc import Iterable
+from typing import Any
 
+import orjson
+from a2a.types import Task
 from google.protobuf.message import Message
 
 from a2a_bridge.store.column_json import JsonText, column_json
@@ -26,6 +29,10 @@ class ItemTexts:
         self._texts: dict[bytes, str] = {}
         self._kept = kept
 
+    def holds(self) -> bool:
+        """Whether any text is kept."""
+        return bool(self._texts)
+
     def array(self, items: Iterable[Message]) -> JsonText:
         """The JSON array of the items, each item's text written (or reused) as it comes."""
         return JsonText("[" + ",".join(self.text(item) for item in items) + "]")
@@ -44,6 +51,12 @@ class ItemTexts:
                     del self._texts[next(iter(self._texts))]
                 self._texts[key] = text
         return text
+
+    def kept(self, item: Message) -> str | None:
+        """The text kept of an item of this content, if any (none is made; no key while none is kept)."""
+        if not self._texts or item.ByteSize() > KEPT_BYTES:
+            return None
+        return self._texts.get(item.SerializeToString())
 
 
 class LastText:
@@ -79,6 +92,41 @@ class TaskTexts:
         self.artifacts = ItemTexts()
         self.history = ItemTexts()
         self.status = LastText()
+
+
+def task_dict(task: Task, texts: TaskTexts) -> tuple[dict[str, Any], bool]:
+    """`to_plain_dict(task)`, each artifact and history message whose text `texts` keep written as that text (an
+    `orjson.Fragment`: orjson writes a kept text without a null as it writes the item's dict), so that a task just
+    saved is answered without converting the items its row wrote. A task with a field other than its ids, status,
+    artifacts and history (its metadata), or a status that is not plain, is converted whole."""
+    if not texts.artifacts.holds() and not texts.history.holds():
+        return to_plain_dict(task)
+    out: dict[str, Any] = {}
+    for field, value in task.ListFields():
+        name = field.name
+        if name == "artifacts" or name == "history":
+            kept = texts.artifacts if name == "artifacts" else texts.history
+            items: list[Any] = []
+            for item in value[:]:
+                text = kept.kept(item)
+                if text is not None and text.find("null") == -1:
+                    items.append(orjson.Fragment(text))
+                    continue
+                written, plain = to_plain_dict(item)
+                if not plain:
+                    return to_plain_dict(task)
+                items.append(written)
+            out[field.json_name] = items
+        elif name == "status":
+            written, plain = to_plain_dict(value)
+            if not plain:
+                return to_plain_dict(task)
+            out[field.json_name] = written
+        elif name == "id" or name == "context_id":
+            out[field.json_name] = value
+        else:
+            return to_plain_dict(task)
+    return out, True
 
 
 TEXTS = TaskTexts()

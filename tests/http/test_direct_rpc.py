@@ -85,18 +85,23 @@ class Served:
     """Each UUID seen in an answer, bound to the placeholder it is shown as."""
 
 
-def bridge(direct_rpc: bool) -> Bridge:
-    """bench, test-runner, deployer and an agent that raises, in memory."""
+def bridge(direct_rpc: bool, store: str) -> Bridge:
+    """bench, test-runner, deployer and an agent that raises, on `store`."""
     specs = [*served_agents(["bench", "test-runner", "deployer"], pace=0.01), raiser_spec("raiser", after_working=True)]
-    stores = Stores(StoreConfig.parse("memory"))
+    stores = Stores(StoreConfig.parse(store))
     return Bridge(specs, stores, SystemClock(), lambda: str(uuid.uuid4()), direct_rpc=direct_rpc)
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[Served, Served]]:
+@pytest.fixture(scope="module", params=["memory", "sqlite"])
+def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Served]]:
     """The direct bridge (its main app in `TaskPaths`, as under --log-json) and the SDK-only bridge, with the
     dispatcher's calls counted by port; untraced, as `serve` runs without --trace (the SDK chooses once, when first
-    imported, which in a test run may precede a2a_bridge)."""
+    imported, which in a test run may precede a2a_bridge). In memory, and on SQLite files, where a task's row keeps
+    the texts of its items that the direct path's answer reuses (`item_texts.task_dict`)."""
+    directory = tmp_path_factory.mktemp("direct-rpc")
+    stores = {
+        kind: "memory" if request.param == "memory" else f"sqlite:///{directory / kind}.db" for kind in ("direct", "stock")
+    }
     original = BridgeJsonRpcDispatcher.handle_requests
 
     async def counted(self: BridgeJsonRpcDispatcher, request: Request) -> Response:
@@ -109,8 +114,8 @@ def servers() -> Iterator[tuple[Served, Served]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(BridgeJsonRpcDispatcher, "handle_requests", counted)
         patch.setattr(telemetry, "otel_enabled", False)
-        direct = bridge(direct_rpc=True)
-        stock = bridge(direct_rpc=False)
+        direct = bridge(direct_rpc=True, store=stores["direct"])
+        stock = bridge(direct_rpc=False, store=stores["stock"])
         for each in (direct, stock):
             patch.setattr(each.agents["raiser"].handler, "on_get_task", broken)
         logging.getLogger().addHandler(records)

@@ -1,14 +1,16 @@
 """store.item_texts: an item's text is `column_json(to_dict(item))` whether converted or reused; only plain, small
 items are kept, at most the number asked; the last status's text is known again for a status of the same content
-only, and only a plain one's."""
+only, and only a plain one's; a task answered with the texts kept of its items is written byte for byte as its
+conversion."""
 
 import json
 
-from a2a.types import Artifact, Message, Part, TaskState, TaskStatus
+import orjson
+from a2a.types import Artifact, Message, Part, Task, TaskState, TaskStatus
 
 from a2a_bridge.store.column_json import column_json
-from a2a_bridge.store.item_texts import KEPT_BYTES, ItemTexts, LastText
-from a2a_bridge.store.proto_json import to_dict
+from a2a_bridge.store.item_texts import KEPT_BYTES, ItemTexts, LastText, TaskTexts, task_dict
+from a2a_bridge.store.proto_json import to_dict, to_plain_dict
 
 
 def message(text: str) -> Message:
@@ -51,3 +53,39 @@ def test_the_last_text_is_known_for_the_same_content_only() -> None:
     structured.message.metadata.update({"b": 1, "a": "z"})
     assert last.text(structured) == column_json(to_dict(structured))
     assert last.known(structured) is None and last.known(done) is None
+
+
+def task_with(artifact_text: str, history_text: str) -> Task:
+    task = Task(id="t-1", context_id="c")
+    task.status.state = TaskState.TASK_STATE_COMPLETED
+    task.status.timestamp.FromSeconds(1_700_000_000)
+    task.artifacts.add(artifact_id="a-1", parts=[Part(text=artifact_text)])
+    task.history.append(message(history_text))
+    return task
+
+
+def test_a_task_answered_with_kept_texts_is_written_as_converted() -> None:
+    texts = TaskTexts()
+    task = task_with("result", "hello")
+    assert task_dict(task, texts) == to_plain_dict(task)
+    texts.artifacts.array(task.artifacts[:])
+    texts.history.array(task.history[:])
+    written, plain = task_dict(task, texts)
+    assert plain
+    assert [type(item) for item in written["artifacts"] + written["history"]] == [orjson.Fragment, orjson.Fragment]
+    assert orjson.dumps({"task": written}) == orjson.dumps({"task": to_plain_dict(task)[0]})
+
+
+def test_a_kept_text_with_null_or_a_task_that_is_not_plain_is_converted() -> None:
+    texts = TaskTexts()
+    task = task_with("null", "hello")
+    texts.artifacts.array(task.artifacts[:])
+    texts.history.array(task.history[:])
+    written, plain = task_dict(task, texts)
+    assert plain and isinstance(written["artifacts"][0], dict) and isinstance(written["history"][0], orjson.Fragment)
+    assert orjson.dumps(written) == orjson.dumps(to_plain_dict(task)[0])
+    task.metadata.update({"b": 1, "a": "z"})
+    assert task_dict(task, texts) == to_plain_dict(task) and not task_dict(task, texts)[1]
+    noted = task_with("result", "hello")
+    noted.status.message.metadata.update({"b": 1})
+    assert task_dict(noted, texts) == to_plain_dict(noted)
