@@ -322,3 +322,28 @@ def test_datetimes_are_bound_in_sqlites_own_storage_text() -> None:
     ]
     for value in values:
         assert fast(value) == process(value), value
+    second = datetime(2026, 12, 2, 6, 41, 40, tzinfo=UTC)
+    for value in [second, second.replace(microsecond=7), second.replace(second=41), second, datetime(2026, 12, 2, 6, 41, 40)]:
+        assert fast(value) == process(value), value
+
+
+def test_json_values_written_as_their_text_are_bound_as_that_text() -> None:
+    """`json_text` binds a `JsonText` as its text, as the JSON processor does through `column_json`, and every other
+    value through the processor; a dialect whose JSON is not `column_json`'s keeps its processor."""
+    from sqlalchemy import JSON as JsonType
+    from sqlalchemy.dialects import sqlite
+
+    from a2a_bridge.store.column_json import JsonText, column_json
+    from a2a_bridge.store.ledger_batch import json_text
+
+    dialect = sqlite.dialect(json_serializer=column_json)
+    impl = JsonType().dialect_impl(dialect)
+    process = impl.bind_processor(dialect)
+    fast = json_text(impl, process, dialect)
+    assert fast is not None and fast is not process
+    for value in [JsonText('[{"a":1}]'), {"b": [1, None]}, None, "text", [1.5, "x"]]:
+        assert fast(value) == process(value), value
+    plain = sqlite.dialect()
+    kept = impl.bind_processor(plain)
+    assert json_text(impl, kept, plain) is kept
+    assert json_text(impl, None, dialect) is None
