@@ -10,7 +10,7 @@ from a2a.types import Message, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEv
 from google.protobuf.descriptor import FieldDescriptor
 
 from a2a_bridge.core.states import is_terminal
-from a2a_bridge.store.item_texts import TEXTS
+from a2a_bridge.store.item_texts import TEXTS, fragment
 from a2a_bridge.store.proto_json import to_dict
 
 STREAM_FIELDS = {
@@ -50,7 +50,8 @@ def update_fields(
         name, kind = _PLAN.get(field) or _plan(field)
         if kind == ITEM:
             text = item_text(value)
-            fields[name] = orjson.Fragment(text) if text.find("null") == -1 else to_dict(value)
+            written = fragment(text)
+            fields[name] = written if written is not None else to_dict(value)
         elif kind == SCALAR:
             fields[name] = value
         else:

@@ -94,10 +94,16 @@ class TaskTexts:
         self.status = LastText()
 
 
+def fragment(text: str) -> orjson.Fragment | None:
+    """A kept text as orjson writes it within a larger document: the text itself, unless it holds a null (then it is
+    `json.dumps`'s, spaced otherwise: `column_json`), when None says to convert the item instead."""
+    return orjson.Fragment(text) if text.find("null") == -1 else None
+
+
 def task_dict(task: Task, texts: TaskTexts) -> tuple[dict[str, Any], bool]:
-    """`to_plain_dict(task)`, each artifact and history message whose text `texts` keep written as that text (an
-    `orjson.Fragment`: orjson writes a kept text without a null as it writes the item's dict), so that a task just
-    saved is answered without converting the items its row wrote. A task with a field other than its ids, status,
+    """`to_plain_dict(task)`, each artifact and history message whose text `texts` keep written as that text
+    (`fragment`: orjson writes a kept text without a null as it writes the item's dict), so that a task just saved is
+    answered without converting the items its row wrote. A task with a field other than its ids, status,
     artifacts and history (its metadata), or a status that is not plain, is converted whole."""
     if not texts.artifacts.holds() and not texts.history.holds():
         return to_plain_dict(task)
@@ -109,8 +115,9 @@ def task_dict(task: Task, texts: TaskTexts) -> tuple[dict[str, Any], bool]:
             items: list[Any] = []
             for item in value[:]:
                 text = kept.kept(item)
-                if text is not None and text.find("null") == -1:
-                    items.append(orjson.Fragment(text))
+                piece = fragment(text) if text is not None else None
+                if piece is not None:
+                    items.append(piece)
                     continue
                 written, plain = to_plain_dict(item)
                 if not plain:

@@ -200,6 +200,14 @@ def json_text(impl: Any, process: Callable[[Any], Any] | None, dialect: Dialect)
     return bind
 
 
+def processed(types: dict[str, Any], names: list[str], dialect: Dialect) -> list[tuple[int, Callable[[Any], Any]]]:
+    """(position, bind processor) of each named column that has one on `dialect`, its datetimes (`datetime_text`) and
+    JSON texts (`json_text`) bound the faster way."""
+    impls = [types[name].dialect_impl(dialect) for name in names]
+    processors = [json_text(impl, datetime_text(impl, impl.bind_processor(dialect)), dialect) for impl in impls]
+    return [(index, process) for index, process in enumerate(processors) if process is not None]
+
+
 class Compiled:
     """One statement compiled once for a dialect, and the rows it binds as SQLAlchemy binds them (each value through
     its column type's bind processor, in the statement's order of parameters)."""
@@ -209,10 +217,8 @@ class Compiled:
         self.sql = str(compiled)
         order = list(compiled.positiontup or [])
         types = {column.key: column.type for column in table.columns}
-        impls = [types[name].dialect_impl(dialect) for name in order]
-        processors = [json_text(impl, datetime_text(impl, impl.bind_processor(dialect)), dialect) for impl in impls]
         self._values = operator.itemgetter(*order) if len(order) > 1 else lambda row: (row[order[0]],)
-        self._processed = [(index, process) for index, process in enumerate(processors) if process is not None]
+        self._processed = processed(types, order, dialect)
         sized = [index for index, name in enumerate(order) if isinstance(types[name], String | LargeBinary | JSON)]
         self._sized = sized
         self._pick_sized: Callable[[list[Any]], tuple[Any, ...]] | None = None

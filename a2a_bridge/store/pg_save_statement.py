@@ -14,7 +14,7 @@ from sqlalchemy import Table, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import Executable
 
-from a2a_bridge.store.ledger_batch import EVENT_COLUMNS, json_text
+from a2a_bridge.store.ledger_batch import EVENT_COLUMNS, processed
 from a2a_bridge.store.ledger_tables import (
     claim_events_table,
     events_table,
@@ -53,9 +53,7 @@ class Rows:
             f"(r.v->>{index})::{cast} AS {quote(name)}" for index, (name, cast) in enumerate(zip(self.columns, casts))
         )
         self._pick = operator.itemgetter(*self.columns) if len(self.columns) > 1 else None
-        impls = [types[name].dialect_impl(dialect) for name in self.columns]
-        processors = [json_text(impl, impl.bind_processor(dialect), dialect) for impl in impls]
-        self._processed = [(index, process) for index, process in enumerate(processors) if process is not None]
+        self._processed = processed(types, self.columns, dialect)
 
     def sql(self, number: int, where: str = "", tail: str | None = None) -> str:
         """The INSERT, its document parameter $`number`; `where` filters the rows (named `s`), which are inserted in
